@@ -1,0 +1,56 @@
+# Optional CUDA backend. Compiled wherever nvcc exists, whether or not a GPU is present,
+# so CI checks that the CUDA code builds. Sets:
+#   TED_HAVE_CUDA  - nvcc found, CUDA language enabled, cudart and cuBLAS found
+#   TED_HAVE_NCCL  - nccl.h and libnccl found (needs TED_HAVE_CUDA)
+# Architectures: -DCMAKE_CUDA_ARCHITECTURES=... overrides. The default covers V100 (70),
+# A100 (80) and H100 (90); CUDA 13 removed Volta, so with nvcc >= 13 the default is 80;90
+# and the summary says sm_70 was left out.
+set(TED_HAVE_CUDA OFF)
+set(TED_HAVE_NCCL OFF)
+set(TED_CUDA_NOTE "")
+if(NOT TED_ENABLE_CUDA)
+  set(TED_CUDA_NOTE "disabled by TED_ENABLE_CUDA=OFF")
+  return()
+endif()
+
+include(CheckLanguage)
+if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+endif()
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  set(TED_CUDA_NOTE "nvcc not found")
+  return()
+endif()
+
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --version OUTPUT_VARIABLE _nvcc_version)
+  string(REGEX MATCH "release ([0-9]+)\\.([0-9]+)" _ "${_nvcc_version}")
+  if(CMAKE_MATCH_1 AND CMAKE_MATCH_1 GREATER_EQUAL 13)
+    set(CMAKE_CUDA_ARCHITECTURES "80;90")
+    set(TED_CUDA_NOTE "sm_70 (V100) left out: CUDA ${CMAKE_MATCH_1}.${CMAKE_MATCH_2} no longer targets Volta")
+  else()
+    set(CMAKE_CUDA_ARCHITECTURES "70;80;90")
+  endif()
+endif()
+enable_language(CUDA)
+set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 knows no C++20 flag for nvcc; CUDA sources stay C++17
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+
+find_package(CUDAToolkit REQUIRED)
+if(NOT TARGET CUDA::cublas)
+  set(TED_CUDA_NOTE "cuBLAS not found")
+  return()
+endif()
+set(TED_HAVE_CUDA ON)
+
+find_path(TED_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME
+  PATH_SUFFIXES include)
+find_library(TED_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} "${CUDAToolkit_LIBRARY_ROOT}/lib"
+  ENV NCCL_HOME PATH_SUFFIXES lib lib64)
+if(TED_NCCL_INCLUDE_DIR AND TED_NCCL_LIBRARY)
+  add_library(ted_nccl INTERFACE)
+  target_include_directories(ted_nccl SYSTEM INTERFACE "${TED_NCCL_INCLUDE_DIR}")
+  target_link_libraries(ted_nccl INTERFACE "${TED_NCCL_LIBRARY}")
+  set(TED_HAVE_NCCL ON)
+endif()

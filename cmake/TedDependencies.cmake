@@ -1,0 +1,29 @@
+# Host dependencies, all as imported targets. Every one is a Debian package that
+# scripts/setup.sh installs; a missing one stops the configure with its package name.
+
+find_package(MPI REQUIRED COMPONENTS CXX)
+
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS)
+if(NOT BLAS_FOUND)
+  unset(BLA_VENDOR)
+  find_package(BLAS REQUIRED)
+endif()
+# OpenBLAS ships the CBLAS interface; find its header so sources can include <cblas.h>.
+find_path(TED_CBLAS_INCLUDE_DIR cblas.h
+  PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread aarch64-linux-gnu/openblas-pthread
+  REQUIRED)
+add_library(ted_cblas INTERFACE)
+target_link_libraries(ted_cblas INTERFACE BLAS::BLAS)
+target_include_directories(ted_cblas SYSTEM INTERFACE "${TED_CBLAS_INCLUDE_DIR}")
+
+find_package(CLI11 CONFIG REQUIRED)            # libcli11-dev
+find_package(yaml-cpp REQUIRED)                # libyaml-cpp-dev
+if(NOT TARGET yaml-cpp::yaml-cpp)
+  add_library(yaml-cpp::yaml-cpp ALIAS yaml-cpp) # yaml-cpp < 0.8 exports the bare name
+endif()
+find_package(benchmark REQUIRED)               # libbenchmark-dev
+if(TED_BUILD_TESTS)
+  find_package(Catch2 REQUIRED)                # catch2 (v2 on Debian 12)
+endif()
+
