@@ -1,0 +1,119 @@
+#include "ted/backend/cuda/cuda_check.hpp"
+#include "ted/backend/cuda/cuda_device.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace ted::cuda {
+namespace {
+
+template <typename T>
+__global__ void fill_kernel(T* data, std::size_t count, T value) {
+  std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride)
+    data[i] = value;
+}
+
+template <typename T>
+void launch_fill(void* data, std::size_t count, T value, cudaStream_t stream) {
+  constexpr int threads = 256;
+  std::size_t blocks = (count + threads - 1) / threads;
+  if (blocks > 65535) blocks = 65535;
+  fill_kernel<T>
+      <<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<T*>(data), count, value);
+  TED_CHECK_CUDA(cudaGetLastError());
+}
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
+    TED_CHECK_CUDA(cudaSetDevice(ordinal_));
+    TED_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaDevice() override { cudaStreamDestroy(stream_); }
+
+  DeviceKind kind() const override { return DeviceKind::cuda; }
+  std::string name() const override {
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, ordinal_) != cudaSuccess) return "cuda";
+    return std::string("cuda:") + std::to_string(ordinal_) + " " + properties.name;
+  }
+
+  void* allocate(std::size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* pointer = nullptr;
+    TED_CHECK_CUDA(cudaMalloc(&pointer, bytes));
+    return pointer;
+  }
+  void deallocate(void* pointer) override { cudaFree(pointer); }
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
+    if (!bytes) return;
+    TED_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    TED_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    if (!bytes) return;
+    TED_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    TED_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  }
+  void fill(void* dst, std::size_t count, DataType dtype, double value) override {
+    if (!count) return;
+    float as_float = static_cast<float>(value);
+    switch (dtype) {
+      case DataType::f32:
+        launch_fill<float>(dst, count, as_float, stream_);
+        break;
+      case DataType::f64:
+        launch_fill<double>(dst, count, value, stream_);
+        break;
+      case DataType::f16:
+        launch_fill<std::uint16_t>(dst, count, float_to_f16_bits(as_float), stream_);
+        break;
+      case DataType::bf16:
+        launch_fill<std::uint16_t>(dst, count, float_to_bf16_bits(as_float), stream_);
+        break;
+      case DataType::i32:
+        launch_fill<std::int32_t>(dst, count, static_cast<std::int32_t>(value), stream_);
+        break;
+      case DataType::i64:
+        launch_fill<std::int64_t>(dst, count, static_cast<std::int64_t>(value), stream_);
+        break;
+      case DataType::u8:
+        launch_fill<std::uint8_t>(dst, count, static_cast<std::uint8_t>(value), stream_);
+        break;
+    }
+  }
+  void synchronize() override { TED_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  int ordinal_;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device"/"no driver" error
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Device> make_cuda_device(int ordinal) {
+  return std::make_unique<CudaDevice>(ordinal);
+}
+
+cudaStream_t stream_of(Device& device) {
+  auto* cuda_device = dynamic_cast<CudaDevice*>(&device);
+  TED_CHECK(cuda_device != nullptr, "stream_of needs a CUDA device, got " + device.name());
+  return cuda_device->stream();
+}
+
+}  // namespace ted::cuda

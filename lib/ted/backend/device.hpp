@@ -1,0 +1,66 @@
+// The narrow device line: where buffers live and how bytes move between them and the host.
+// The CPU device is plain host memory; the CUDA device is one GPU with its own stream.
+// Model and communication code sees only this interface (STYLE.md, "A narrow backend line").
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "ted/core/dtype.hpp"
+
+namespace ted {
+
+enum class DeviceKind { cpu, cuda };
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;
+
+  virtual void* allocate(std::size_t bytes) = 0;  // nullptr for 0 bytes
+  virtual void deallocate(void* pointer) = 0;
+  virtual void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
+  // Sets `count` elements of `dtype` to `value` (rounded to the type).
+  virtual void fill(void* device_dst, std::size_t count, DataType dtype, double value) = 0;
+  // Waits until all work queued on this device has finished.
+  virtual void synchronize() = 0;
+};
+
+// Owns `bytes` bytes on a device; moves, never copies.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Device& device, std::size_t bytes)
+      : device_(&device), data_(device.allocate(bytes)), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    DeviceBuffer(std::move(other)).swap(*this);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (device_ && data_) device_->deallocate(data_);
+  }
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void swap(DeviceBuffer& other) noexcept {
+    std::swap(device_, other.device_);
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+  }
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+std::unique_ptr<Device> make_cpu_device();
+
+}  // namespace ted

@@ -1,0 +1,104 @@
+#include "ted/core/csv.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <system_error>
+
+#include "ted/core/error.hpp"
+
+namespace ted {
+
+CsvTable::CsvTable(std::vector<std::string> header) : header_(std::move(header)) {}
+
+CsvTable& CsvTable::row() {
+  rows_.emplace_back();
+  rows_.back().reserve(header_.size());
+  return *this;
+}
+
+CsvTable& CsvTable::add(std::string_view text) {
+  TED_CHECK(!rows_.empty(), "CsvTable::add before row()");
+  TED_CHECK(rows_.back().size() < header_.size(), "more fields than header columns");
+  rows_.back().push_back(csv_escape(text));
+  return *this;
+}
+
+CsvTable& CsvTable::add(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", value);
+  return add(std::string_view(text));
+}
+
+CsvTable& CsvTable::add(long long value) {
+  return add(std::string_view(std::to_string(value)));
+}
+
+CsvTable& CsvTable::add(unsigned long long value) {
+  return add(std::string_view(std::to_string(value)));
+}
+
+std::string CsvTable::to_string() const {
+  std::string text;
+  auto append_line = [&text](const std::vector<std::string>& fields) {
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      if (i) text += ',';
+      text += fields[i];
+    }
+    text += '\n';
+  };
+  std::vector<std::string> header;
+  for (const auto& name : header_) header.push_back(csv_escape(name));
+  append_line(header);
+  for (const auto& fields : rows_) {
+    TED_CHECK(fields.size() == header_.size(), "CSV row has " + std::to_string(fields.size()) +
+                                                   " fields, header has " +
+                                                   std::to_string(header_.size()));
+    append_line(fields);
+  }
+  return text;
+}
+
+void CsvTable::write_atomic(const std::filesystem::path& path) const {
+  write_file_atomic(path, to_string());
+}
+
+std::string csv_escape(std::string_view field) {
+  if (field.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(field);
+  std::string quoted = "\"";
+  for (char c : field) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  quoted += '"';
+  return quoted;
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view text) {
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) throw Error("cannot create folder " + path.parent_path().string() + ": " + ec.message());
+  std::filesystem::path temporary = path;
+  temporary += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("cannot write " + temporary.string());
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::filesystem::remove(temporary, ec);
+      throw Error("write failed for " + temporary.string());
+    }
+  }
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw Error("cannot rename " + temporary.string() + " to " + path.string() + ": " +
+                ec.message());
+  }
+}
+
+}  // namespace ted

@@ -1,0 +1,46 @@
+// CSV tables written atomically: rows are collected in memory and the file appears only when
+// complete (written to a temporary name beside it, then renamed), so an interrupted or failed
+// run never leaves a truncated file and never touches an existing one.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ted {
+
+class CsvTable {
+ public:
+  explicit CsvTable(std::vector<std::string> header);
+
+  // Starts a new row; then add() each column in header order.
+  CsvTable& row();
+  CsvTable& add(std::string_view text);
+  CsvTable& add(const char* text) { return add(std::string_view(text)); }
+  CsvTable& add(double value);  // %.9g
+  CsvTable& add(long long value);
+  CsvTable& add(unsigned long long value);
+  CsvTable& add(int value) { return add(static_cast<long long>(value)); }
+  CsvTable& add(long value) { return add(static_cast<long long>(value)); }
+  CsvTable& add(unsigned long value) { return add(static_cast<unsigned long long>(value)); }
+
+  std::size_t rows() const { return rows_.size(); }
+  const std::vector<std::string>& header() const { return header_; }
+  std::string to_string() const;
+
+  // Replaces `path` atomically (parent folders created). Throws ted::Error if a row is short.
+  void write_atomic(const std::filesystem::path& path) const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// Quotes a field when it holds a comma, quote or line break (RFC 4180).
+std::string csv_escape(std::string_view field);
+
+// Writes `text` to `path` through a temporary file and a rename.
+void write_file_atomic(const std::filesystem::path& path, std::string_view text);
+
+}  // namespace ted

@@ -1,0 +1,36 @@
+#include "ted/core/error.hpp"
+
+#include <mpi.h>
+
+namespace ted {
+
+std::string rank_tag() {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return "rank ?";
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return "rank " + std::to_string(rank);
+}
+
+void throw_check_failure(const char* what, const char* statement, const char* file, int line,
+                         const std::string& detail) {
+  std::string message = std::string(what) + " failure: " + statement + " at " + file + ":" +
+                        std::to_string(line) + " (" + rank_tag() + ")";
+  if (!detail.empty()) message += ": " + detail;
+  throw Error(message);
+}
+
+namespace detail {
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+}  // namespace detail
+
+}  // namespace ted
