@@ -1,0 +1,114 @@
+// A communicator for one group of ranks. Two backends implement it: MPI on host memory (the
+// default) and NCCL on device memory; callers see only this interface.
+//
+// The public calls are non-virtual: they check the arguments (the same way on every rank, so
+// a bad call throws everywhere before anything is sent), time the call and record it in the
+// ledger, and hand over to the backend's do_* functions.
+//
+// Buffers are in the backend's memory (host for MPI, the GPU for NCCL); counts are elements.
+// all_reduce and broadcast may work in place (send == recv); the others need disjoint buffers.
+// all_to_all_v blocks are packed in rank order: block p starts at the sum of the counts before p.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "ted/comm/ledger.hpp"
+#include "ted/core/dtype.hpp"
+
+namespace ted {
+
+enum class CommBackend { mpi, nccl };
+enum class ReduceOp { sum, max, min };
+
+std::string_view to_string(CommBackend backend);
+CommBackend parse_comm_backend(std::string_view name);  // "mpi" or "nccl"; ConfigError otherwise
+
+class Communicator {
+ public:
+  Communicator(GroupKind group, int rank, int size, Ledger* ledger)
+      : group_(group), rank_(rank), size_(size), ledger_(ledger) {}
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  GroupKind group() const { return group_; }
+  virtual CommBackend backend() const = 0;
+
+  Ledger* ledger() const { return ledger_; }
+  void set_ledger(Ledger* ledger) { ledger_ = ledger; }
+
+  void all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                  ReduceOp op = ReduceOp::sum);
+  void all_gather(const void* send, void* recv, std::size_t count_per_rank, DataType dtype);
+  void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DataType dtype);
+  void all_to_all(const void* send, void* recv, std::size_t count_per_peer, DataType dtype);
+  void all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                    std::span<const std::size_t> recv_counts, DataType dtype);
+  void broadcast(void* buffer, std::size_t count, DataType dtype, int root);
+  void barrier();
+
+  // Typed forms: the element type picks the DataType.
+  template <typename T>
+  void all_reduce(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum) {
+    check_span_sizes(send.size(), recv.size(), 1, 1);
+    all_reduce(send.data(), recv.data(), send.size(), dtype_of<T>::value, op);
+  }
+  template <typename T>
+  void all_gather(std::span<const T> send, std::span<T> recv) {
+    check_span_sizes(send.size(), recv.size(), size_, 1);  // send * n == recv
+    all_gather(send.data(), recv.data(), send.size(), dtype_of<T>::value);
+  }
+  template <typename T>
+  void reduce_scatter(std::span<const T> send, std::span<T> recv) {
+    check_span_sizes(send.size(), recv.size(), 1, size_);  // send == recv * n
+    reduce_scatter(send.data(), recv.data(), recv.size(), dtype_of<T>::value);
+  }
+  template <typename T>
+  void all_to_all(std::span<const T> send, std::span<T> recv) {
+    check_span_sizes(send.size(), recv.size(), 1, 1);
+    check_divisible(send.size());
+    all_to_all(send.data(), recv.data(), send.size() / static_cast<std::size_t>(size_),
+               dtype_of<T>::value);
+  }
+
+  // Splits this group like MPI_Comm_split: ranks with the same color form a new communicator,
+  // ordered by key. Collective over this group. The child shares this communicator's ledger.
+  virtual std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const = 0;
+
+  // Waits until this rank's queued collectives have finished (NCCL queues on a stream).
+  virtual void synchronize() {}
+
+ protected:
+  virtual void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                             ReduceOp op) = 0;
+  virtual void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) = 0;
+  virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count,
+                                 DataType dtype) = 0;
+  virtual void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) = 0;
+  virtual void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                               void* recv, std::span<const std::size_t> recv_counts,
+                               DataType dtype) = 0;
+  virtual void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) = 0;
+  virtual void do_barrier() = 0;
+
+ private:
+  // Every checked call goes through here: time it when the ledger records, then record it.
+  template <typename Call>
+  void recorded(CollectiveOp op, DataType dtype, std::uint64_t sent, std::uint64_t received,
+                Call&& call);
+  // Throws unless send * send_factor == recv * recv_factor.
+  void check_span_sizes(std::size_t send, std::size_t recv, std::size_t send_factor,
+                        std::size_t recv_factor) const;
+  void check_divisible(std::size_t elements) const;
+
+  GroupKind group_;
+  int rank_;
+  int size_;
+  Ledger* ledger_;
+};
+
+}  // namespace ted

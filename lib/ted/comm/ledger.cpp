@@ -1,0 +1,92 @@
+#include "ted/comm/ledger.hpp"
+
+#include <string>
+
+#include "ted/core/error.hpp"
+
+namespace ted {
+
+namespace {
+constexpr std::array<std::string_view, kCollectiveOpCount> kOpNames = {
+    "all_reduce",   "all_gather", "reduce_scatter", "all_to_all",
+    "all_to_all_v", "broadcast",  "barrier"};
+constexpr std::array<std::string_view, kGroupKindCount> kGroupNames = {
+    "world", "tensor", "expert", "expert_data", "nonexpert_data", "custom"};
+
+std::string strip(std::string_view name) {
+  std::string out;
+  for (char c : name)
+    if (c != '_' && c != '-') out += c;
+  return out;
+}
+
+template <std::size_t N>
+std::string joined(const std::array<std::string_view, N>& names, std::size_t count) {
+  std::string text;
+  for (std::size_t i = 0; i < count; ++i) text += (i ? ", " : "") + std::string(names[i]);
+  return text;
+}
+}  // namespace
+
+std::string_view to_string(CollectiveOp op) {
+  return kOpNames[static_cast<std::size_t>(op)];
+}
+std::string_view to_string(GroupKind group) {
+  return kGroupNames[static_cast<std::size_t>(group)];
+}
+
+// Names match with or without '_' and '-' ("alltoall", "all-to-all", "all_to_all").
+CollectiveOp parse_collective(std::string_view name) {
+  for (std::size_t i = 0; i < kCollectiveOpCount; ++i)
+    if (strip(kOpNames[i]) == strip(name)) return static_cast<CollectiveOp>(i);
+  throw ConfigError("unknown collective '" + std::string(name) + "' (expected " +
+                    joined(kOpNames, kCollectiveOpCount) + ")");
+}
+
+GroupKind parse_group(std::string_view name) {
+  constexpr std::size_t selectable = kGroupKindCount - 1;  // "custom" is not a named group
+  for (std::size_t i = 0; i < selectable; ++i)
+    if (strip(kGroupNames[i]) == strip(name)) return static_cast<GroupKind>(i);
+  throw ConfigError("unknown group '" + std::string(name) + "' (expected " +
+                    joined(kGroupNames, selectable) + ")");
+}
+
+LedgerTotal& LedgerTotal::operator+=(const LedgerTotal& other) {
+  calls += other.calls;
+  bytes_sent += other.bytes_sent;
+  bytes_recv += other.bytes_recv;
+  seconds += other.seconds;
+  return *this;
+}
+
+void Ledger::record(const LedgerEntry& entry) {
+  if (!enabled_) return;
+  LedgerTotal& slot =
+      totals_[static_cast<std::size_t>(entry.op)][static_cast<std::size_t>(entry.group)];
+  slot += LedgerTotal{1, entry.bytes_sent, entry.bytes_recv, entry.seconds};
+  if (keep_entries_) entries_.push_back(entry);
+}
+
+void Ledger::clear() {
+  entries_.clear();
+  totals_ = {};
+}
+
+const LedgerTotal& Ledger::total(CollectiveOp op, GroupKind group) const {
+  return totals_[static_cast<std::size_t>(op)][static_cast<std::size_t>(group)];
+}
+
+LedgerTotal Ledger::total(CollectiveOp op) const {
+  LedgerTotal sum;
+  for (const auto& per_group : totals_[static_cast<std::size_t>(op)]) sum += per_group;
+  return sum;
+}
+
+LedgerTotal Ledger::total() const {
+  LedgerTotal sum;
+  for (std::size_t op = 0; op < kCollectiveOpCount; ++op)
+    sum += total(static_cast<CollectiveOp>(op));
+  return sum;
+}
+
+}  // namespace ted

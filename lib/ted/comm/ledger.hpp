@@ -1,0 +1,90 @@
+// The ledger: a record of every collective a rank issues, so tests and experiments can prove
+// what a schedule moves. One ledger per rank, shared by all of that rank's communicators.
+//
+// Byte convention (logical buffer sizes, independent of the algorithm the library picks; these
+// are the counts TED.md section 7 uses). n = group size, w = element size, counts in elements:
+//   all_reduce(count)              sent = count*w            recv = count*w
+//   all_gather(count per rank)     sent = count*w            recv = n*count*w
+//   reduce_scatter(count per rank) sent = n*count*w          recv = count*w
+//   all_to_all(count per peer)     sent = n*count*w          recv = n*count*w
+//   all_to_all_v(counts)           sent = sum(send_counts)*w recv = sum(recv_counts)*w
+//   broadcast(count, root)         root: sent = count*w, recv = 0; others: sent = 0, recv = count*w
+//   barrier                        sent = 0                  recv = 0
+// The block a rank keeps for itself (all_to_all, all_gather) is counted, so DTD's slicing
+// divides the all-to-all bytes by exactly T.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ted/core/dtype.hpp"
+
+namespace ted {
+
+enum class CollectiveOp : std::uint8_t {
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  all_to_all,
+  all_to_all_v,
+  broadcast,
+  barrier,
+};
+inline constexpr std::size_t kCollectiveOpCount = 7;
+
+// Which of a rank's groups a communicator spans (TED.md section 3); `custom` for any other split.
+enum class GroupKind : std::uint8_t { world, tensor, expert, expert_data, nonexpert_data, custom };
+inline constexpr std::size_t kGroupKindCount = 6;
+
+std::string_view to_string(CollectiveOp op);
+std::string_view to_string(GroupKind group);
+// Throw ConfigError listing the accepted names.
+CollectiveOp parse_collective(std::string_view name);
+GroupKind parse_group(std::string_view name);
+
+struct LedgerEntry {
+  CollectiveOp op;
+  GroupKind group;
+  int group_size;
+  DataType dtype;
+  std::uint64_t bytes_sent;
+  std::uint64_t bytes_recv;
+  double seconds;  // wall time of the call on this rank
+};
+
+struct LedgerTotal {
+  std::uint64_t calls = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_recv = 0;
+  double seconds = 0;
+  LedgerTotal& operator+=(const LedgerTotal& other);
+};
+
+class Ledger {
+ public:
+  // A disabled ledger records nothing (and its communicators skip the timing).
+  void set_enabled(bool enabled) { enabled_ = enabled; }
+  bool enabled() const { return enabled_; }
+  // Totals are always kept while enabled; individual entries only when asked for (tests,
+  // traces), since a long run issues millions of calls.
+  void set_keep_entries(bool keep) { keep_entries_ = keep; }
+
+  void record(const LedgerEntry& entry);
+  void clear();
+
+  std::span<const LedgerEntry> entries() const { return entries_; }
+  const LedgerTotal& total(CollectiveOp op, GroupKind group) const;
+  LedgerTotal total(CollectiveOp op) const;  // over all groups
+  LedgerTotal total() const;                 // over everything
+
+ private:
+  bool enabled_ = true;
+  bool keep_entries_ = false;
+  std::vector<LedgerEntry> entries_;
+  std::array<std::array<LedgerTotal, kGroupKindCount>, kCollectiveOpCount> totals_{};
+};
+
+}  // namespace ted

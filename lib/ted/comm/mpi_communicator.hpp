@@ -1,0 +1,61 @@
+// The MPI backend: collectives on host memory over an MPI communicator.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "ted/comm/communicator.hpp"
+
+namespace ted {
+
+// MPI_Init_thread / MPI_Finalize for the lifetime of main(). Finalizes only what it initialised.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+
+ private:
+  bool initialized_here_ = false;
+  int world_rank_ = 0;
+  int world_size_ = 1;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed on destruction).
+  MpiCommunicator(MPI_Comm comm, GroupKind group, Ledger* ledger);
+  ~MpiCommunicator() override;
+
+  // A duplicate of MPI_COMM_WORLD, so the suite's traffic never matches the caller's messages.
+  static std::unique_ptr<MpiCommunicator> world(Ledger* ledger);
+
+  CommBackend backend() const override { return CommBackend::mpi; }
+  MPI_Comm native_handle() const { return comm_; }
+  std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const override;
+
+ protected:
+  void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                     ReduceOp op) override;
+  void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                       std::span<const std::size_t> recv_counts, DataType dtype) override;
+  void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override;
+  void do_barrier() override;
+
+ private:
+  MPI_Comm comm_;
+};
+
+// The MPI datatype that carries `dtype` (16-bit floats travel as MPI_UINT16_T).
+MPI_Datatype mpi_datatype(DataType dtype);
+// The MPI reduction for (op, dtype); user-defined ops for half and bfloat16, which MPI lacks.
+MPI_Op mpi_reduce_op(ReduceOp op, DataType dtype);
+
+}  // namespace ted

@@ -1,0 +1,45 @@
+// The NCCL backend: collectives on GPU memory, queued on the device's stream. Each NCCL
+// communicator mirrors an MPI communicator of the same ranks: groups are made by MPI_Comm_split
+// and the NCCL unique id is broadcast over MPI. Compiled only when NCCL is found.
+#pragma once
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include <memory>
+
+#include "ted/backend/device.hpp"
+#include "ted/comm/communicator.hpp"
+
+namespace ted::cuda {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `mpi_comm`, whose ownership it takes. `device` must be a CUDA device made
+  // by make_cuda_device and must outlive the communicator.
+  NcclCommunicator(MPI_Comm mpi_comm, GroupKind group, Ledger* ledger, Device& device);
+  ~NcclCommunicator() override;
+
+  CommBackend backend() const override { return CommBackend::nccl; }
+  std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const override;
+  void synchronize() override;
+
+ protected:
+  void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                     ReduceOp op) override;
+  void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                       std::span<const std::size_t> recv_counts, DataType dtype) override;
+  void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override;
+  void do_barrier() override;
+
+ private:
+  MPI_Comm mpi_comm_;
+  Device& device_;
+  cudaStream_t stream_;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace ted::cuda
