@@ -1,0 +1,34 @@
+// The communicators of the TED grid hold exactly the ranks the grid says, in its order.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "comm/test_env.hpp"
+#include "ted/grid/ted_groups.hpp"
+
+TEST_CASE("TED group communicators match the process grid for every layout") {
+  auto& world = ted::test::world();
+  auto& device = ted::test::device();
+  for (const auto& layout : ted::all_layouts(world.size())) {
+    ted::ProcessGrid grid(world.size(), layout);
+    ted::TedGroups groups(world, grid);
+    for (auto kind : {ted::GroupKind::world, ted::GroupKind::tensor, ted::GroupKind::expert,
+                      ted::GroupKind::expert_data, ted::GroupKind::nonexpert_data}) {
+      INFO(layout.to_string() << ", " << ted::to_string(kind) << " group");
+      auto& comm = groups.group(kind);
+      CHECK(comm.size() == grid.group_size(kind));
+      CHECK(comm.rank() == grid.group_index(world.rank(), kind));
+      CHECK(comm.group() == kind);
+      // Who is really in my group: gather the world ranks.
+      const auto n = static_cast<std::size_t>(comm.size());
+      std::int32_t me = world.rank();
+      std::vector<std::int32_t> members(n);
+      ted::DeviceBuffer send(device, 4), recv(device, 4 * n);
+      device.copy_from_host(send.data(), &me, 4);
+      comm.all_gather(send.data(), recv.data(), 1, ted::DataType::i32);
+      device.copy_to_host(members.data(), recv.data(), 4 * n);
+      auto expected = grid.group_members(world.rank(), kind);
+      CHECK(std::vector<int>(members.begin(), members.end()) == expected);
+    }
+  }
+}
