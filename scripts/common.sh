@@ -1,0 +1,44 @@
+# Shared by the scripts: the Debian packages the suite needs, installing the missing ones,
+# configuring and building, and the environment mpirun needs on a root machine.
+# Sourced, not run.
+
+TED_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TED_BUILD=${TED_BUILD_DIR:-$TED_ROOT/build}
+
+# Everything from Debian; the CUDA toolkit (nvcc, cuBLAS, NCCL) is used when present, never
+# installed here: without it the build is CPU only.
+TED_PACKAGES=(cmake ninja-build g++ git pkg-config libopenmpi-dev openmpi-bin libopenblas-dev
+  libcli11-dev libyaml-cpp-dev catch2 libbenchmark-dev python3-matplotlib)
+
+ted_install_missing() {
+  local missing=() package
+  for package in "${TED_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "error: need root or sudo to install: ${missing[*]}" >&2; return 2; }
+    sudo=sudo
+  fi
+  echo "== installing ${missing[*]}"
+  $sudo apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+ted_build() {
+  if [ ! -f "$TED_BUILD/CMakeCache.txt" ]; then
+    echo "== configuring $TED_BUILD"
+    cmake -S "$TED_ROOT" -B "$TED_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release || return
+  fi
+  echo "== building"
+  cmake --build "$TED_BUILD" -j "$(nproc)"
+}
+
+# OpenMPI refuses to start as root unless told; the machines this runs on log in as root.
+ted_mpi_env() {
+  if [ "$(id -u)" -eq 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian machine: install what is missing, build, run CTest.
+# GPU tests report "skipped" where there is no GPU. Extra arguments go to ctest (e.g. -L mpi).
+#   ./scripts/test.sh
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$TED_ROOT"
+ted_install_missing
+ted_build
+ted_mpi_env
+echo "== testing"
+ctest --test-dir "$TED_BUILD" -j "$(nproc)" --output-on-failure "$@"
