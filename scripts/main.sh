@@ -15,7 +15,7 @@ csv=results/collbench/all_to_all_world_mpi_G4.csv
 figure=plots/collbench_all_to_all_world_mpi_G4.png
 echo "== all-to-all on 4 ranks (oversubscribed on $(nproc) cores)"
 mpirun -n 4 --oversubscribe -q "$TED_BUILD/apps/ted_collbench" --op all_to_all -b 1K -e 16M -f 2 \
-  -w 5 -n 50 --compare-mpi --csv "$csv"
+  -w 10 -n 100 --compare-mpi --csv "$csv"
 /usr/bin/python3 plots/plot_collbench.py "$csv" "$figure"
 echo "== CSV:    $TED_ROOT/$csv"
 echo "== figure: $TED_ROOT/$figure (and .pdf)"

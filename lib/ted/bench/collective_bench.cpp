@@ -92,18 +92,28 @@ std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOption
     if (group.ledger()) group.ledger()->clear();
     int total = options.warmup_iters + options.iters;
     std::vector<double> ours, reference;
-    for (int iteration = 0; iteration < total; ++iteration) {
+    auto time_ours = [&] {
       control.barrier();
       double start = now_seconds();
       run_case(c, group, send.data(), recv.data());
       group.synchronize();
-      double ours_seconds = now_seconds() - start;
-      double reference_seconds = 0;
-      if (options.compare_mpi) {
-        control.barrier();
-        start = now_seconds();
-        run_case_raw_mpi(c, raw_comm, raw_send.data(), raw_recv.data());
-        reference_seconds = now_seconds() - start;
+      return now_seconds() - start;
+    };
+    auto time_reference = [&] {
+      control.barrier();
+      double start = now_seconds();
+      run_case_raw_mpi(c, raw_comm, raw_send.data(), raw_recv.data());
+      return now_seconds() - start;
+    };
+    for (int iteration = 0; iteration < total; ++iteration) {
+      // With a reference, the two paths take turns going first, so neither gains from order.
+      double ours_seconds = 0, reference_seconds = 0;
+      if (options.compare_mpi && iteration % 2 == 1) {
+        reference_seconds = time_reference();
+        ours_seconds = time_ours();
+      } else {
+        ours_seconds = time_ours();
+        if (options.compare_mpi) reference_seconds = time_reference();
       }
       if (iteration >= options.warmup_iters) {
         ours.push_back(ours_seconds);
