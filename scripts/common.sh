@@ -42,3 +42,11 @@ ted_mpi_env() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   fi
 }
+
+# Install, build, and set up mpirun: what both of the README's commands do first.
+ted_prepare() {
+  cd "$TED_ROOT"
+  ted_install_missing
+  ted_build
+  ted_mpi_env
+}

@@ -6,10 +6,7 @@
 #   ./scripts/main.sh
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-cd "$TED_ROOT"
-ted_install_missing
-ted_build
-ted_mpi_env
+ted_prepare
 
 csv=results/collbench/all_to_all_world_mpi_G4.csv
 figure=plots/collbench_all_to_all_world_mpi_G4.png

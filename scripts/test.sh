@@ -4,9 +4,6 @@
 #   ./scripts/test.sh
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-cd "$TED_ROOT"
-ted_install_missing
-ted_build
-ted_mpi_env
+ted_prepare
 echo "== testing"
 ctest --test-dir "$TED_BUILD" -j "$(nproc)" --output-on-failure "$@"

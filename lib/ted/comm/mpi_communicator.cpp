@@ -30,18 +30,6 @@ MpiSession::~MpiSession() {
 
 namespace {
 
-int comm_rank(MPI_Comm comm) {
-  int rank = 0;
-  TED_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  return rank;
-}
-
-int comm_size(MPI_Comm comm) {
-  int size = 0;
-  TED_CHECK_MPI(MPI_Comm_size(comm, &size));
-  return size;
-}
-
 // MPI-3 counts are int; larger messages must be split by the caller.
 int as_mpi_count(std::size_t count, const char* op) {
   if (count > static_cast<std::size_t>(INT_MAX))
@@ -100,6 +88,18 @@ const SixteenBitOps& sixteen_bit_ops() {
 
 }  // namespace
 
+int mpi_comm_rank(MPI_Comm comm) {
+  int rank = 0;
+  TED_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+
+int mpi_comm_size(MPI_Comm comm) {
+  int size = 0;
+  TED_CHECK_MPI(MPI_Comm_size(comm, &size));
+  return size;
+}
+
 MPI_Datatype mpi_datatype(DataType dtype) {
   switch (dtype) {
     case DataType::f32:
@@ -136,7 +136,7 @@ MPI_Op mpi_reduce_op(ReduceOp op, DataType dtype) {
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, GroupKind group, Ledger* ledger)
-    : Communicator(group, comm_rank(comm), comm_size(comm), ledger), comm_(comm) {}
+    : Communicator(group, mpi_comm_rank(comm), mpi_comm_size(comm), ledger), comm_(comm) {}
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;

@@ -53,6 +53,10 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
 };
 
+// This rank's index in, and the size of, an MPI communicator (throwing on failure).
+int mpi_comm_rank(MPI_Comm comm);
+int mpi_comm_size(MPI_Comm comm);
+
 // The MPI datatype that carries `dtype` (16-bit floats travel as MPI_UINT16_T).
 MPI_Datatype mpi_datatype(DataType dtype);
 // The MPI reduction for (op, dtype); user-defined ops for half and bfloat16, which MPI lacks.

@@ -4,22 +4,11 @@
 
 #include "ted/backend/cuda/cuda_check.hpp"
 #include "ted/backend/cuda/cuda_device.hpp"
+#include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 
 namespace ted::cuda {
 namespace {
-
-int mpi_rank(MPI_Comm comm) {
-  int rank = 0;
-  TED_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  return rank;
-}
-
-int mpi_size(MPI_Comm comm) {
-  int size = 0;
-  TED_CHECK_MPI(MPI_Comm_size(comm, &size));
-  return size;
-}
 
 ncclDataType_t nccl_datatype(DataType dtype) {
   switch (dtype) {
@@ -61,7 +50,7 @@ const char* byte_pointer(const void* base, std::size_t elements, DataType dtype)
 
 NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, GroupKind group, Ledger* ledger,
                                    Device& device)
-    : Communicator(group, mpi_rank(mpi_comm), mpi_size(mpi_comm), ledger),
+    : Communicator(group, mpi_comm_rank(mpi_comm), mpi_comm_size(mpi_comm), ledger),
       mpi_comm_(mpi_comm),
       device_(device),
       stream_(stream_of(device)) {
