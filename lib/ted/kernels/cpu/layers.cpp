@@ -1,0 +1,215 @@
+#include "ted/kernels/cpu/layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ted/kernels/cpu/blas.hpp"
+#include "ted/kernels/elementwise.hpp"
+
+namespace ted::kernels::cpu {
+
+template <typename T>
+void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) {
+  if (n == 0) return;
+  if (b) {
+    for (int i = 0; i < n; ++i) std::copy(b, b + out, y + static_cast<std::int64_t>(i) * out);
+  }
+  gemm(false, false, n, out, in, T(1), x, in, w, out, b ? T(1) : T(0), y, out);
+}
+
+template <typename T>
+void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, int n, int in,
+                     int out) {
+  if (n == 0) return;
+  if (dx) gemm(false, true, n, in, out, T(1), dy, out, w, out, T(1), dx, in);
+  gemm(true, false, in, out, n, T(1), x, in, dy, out, T(1), dw, out);
+  if (db) {
+    for (int i = 0; i < n; ++i) {
+      const T* row = dy + static_cast<std::int64_t>(i) * out;
+      for (int j = 0; j < out; ++j) db[j] += row[j];
+    }
+  }
+}
+
+template <typename T>
+void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int n,
+                       int h) {
+  for (int i = 0; i < n; ++i) {
+    const T* row = x + static_cast<std::int64_t>(i) * h;
+    T* out = y + static_cast<std::int64_t>(i) * h;
+    T sum = 0;
+    for (int j = 0; j < h; ++j) sum += row[j];
+    T mu = sum / h;
+    T var = 0;
+    for (int j = 0; j < h; ++j) var += (row[j] - mu) * (row[j] - mu);
+    T r = T(1) / std::sqrt(var / h + T(1e-5));
+    for (int j = 0; j < h; ++j) out[j] = (row[j] - mu) * r * gamma[j] + beta[j];
+    mean[i] = mu;
+    rstd[i] = r;
+  }
+}
+
+template <typename T>
+void layernorm_backward(const T* x, const T* gamma, const T* mean, const T* rstd, const T* dy,
+                        T* dx, T* dgamma, T* dbeta, int n, int h) {
+  for (int i = 0; i < n; ++i) {
+    const T* row = x + static_cast<std::int64_t>(i) * h;
+    const T* grad = dy + static_cast<std::int64_t>(i) * h;
+    T* din = dx + static_cast<std::int64_t>(i) * h;
+    T mu = mean[i], r = rstd[i];
+    T sum_g = 0, sum_gx = 0;  // sums of dxhat and dxhat * xhat
+    for (int j = 0; j < h; ++j) {
+      T xhat = (row[j] - mu) * r;
+      T g = grad[j] * gamma[j];
+      sum_g += g;
+      sum_gx += g * xhat;
+      dgamma[j] += grad[j] * xhat;
+      dbeta[j] += grad[j];
+    }
+    for (int j = 0; j < h; ++j) {
+      T xhat = (row[j] - mu) * r;
+      T g = grad[j] * gamma[j];
+      din[j] += r * (g - (sum_g + xhat * sum_gx) / h);
+    }
+  }
+}
+
+template <typename T>
+void gelu_forward(const T* x, T* y, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) y[i] = gelu(x[i]);
+}
+
+template <typename T>
+void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) dx[i] = dy[i] * gelu_grad(x[i]);
+}
+
+template <typename T>
+void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads, int h) {
+  const int d = h / heads;
+  const int ld = 3 * h;
+  const T scale = T(1) / std::sqrt(T(d));
+  for (int b = 0; b < batch; ++b) {
+    const T* base = qkv + static_cast<std::int64_t>(b) * seq * ld;
+    for (int head = 0; head < heads; ++head) {
+      const T* q = base + head * d;
+      const T* k = base + h + head * d;
+      const T* v = base + 2 * h + head * d;
+      T* p = probs + (static_cast<std::int64_t>(b) * heads + head) * seq * seq;
+      gemm(false, true, seq, seq, d, scale, q, ld, k, ld, T(0), p, seq);  // scores
+      for (int i = 0; i < seq; ++i) {  // causal softmax: row i sees columns 0..i
+        T* row = p + static_cast<std::int64_t>(i) * seq;
+        T max = row[0];
+        for (int j = 1; j <= i; ++j) max = std::max(max, row[j]);
+        T sum = 0;
+        for (int j = 0; j <= i; ++j) {
+          row[j] = std::exp(row[j] - max);
+          sum += row[j];
+        }
+        for (int j = 0; j <= i; ++j) row[j] /= sum;
+        for (int j = i + 1; j < seq; ++j) row[j] = 0;
+      }
+      T* o = out + static_cast<std::int64_t>(b) * seq * h + head * d;
+      gemm(false, false, seq, d, seq, T(1), p, seq, v, ld, T(0), o, h);
+    }
+  }
+}
+
+template <typename T>
+void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch, int seq,
+                        int heads, int h) {
+  const int d = h / heads;
+  const int ld = 3 * h;
+  const T scale = T(1) / std::sqrt(T(d));
+  std::vector<T> dp(static_cast<std::size_t>(seq) * seq);
+  for (int b = 0; b < batch; ++b) {
+    const T* base = qkv + static_cast<std::int64_t>(b) * seq * ld;
+    T* dbase = d_qkv + static_cast<std::int64_t>(b) * seq * ld;
+    for (int head = 0; head < heads; ++head) {
+      const T* q = base + head * d;
+      const T* k = base + h + head * d;
+      const T* v = base + 2 * h + head * d;
+      T* dq = dbase + head * d;
+      T* dk = dbase + h + head * d;
+      T* dv = dbase + 2 * h + head * d;
+      const T* p = probs + (static_cast<std::int64_t>(b) * heads + head) * seq * seq;
+      const T* dout = d_out + static_cast<std::int64_t>(b) * seq * h + head * d;
+      gemm(true, false, seq, d, seq, T(1), p, seq, dout, h, T(0), dv, ld);         // dV = P^T dO
+      gemm(false, true, seq, seq, d, T(1), dout, h, v, ld, T(0), dp.data(), seq);  // dP = dO V^T
+      for (int i = 0; i < seq; ++i) {  // dS = P * (dP - rowsum(dP * P)), times the scale
+        const T* prow = p + static_cast<std::int64_t>(i) * seq;
+        T* drow = dp.data() + static_cast<std::int64_t>(i) * seq;
+        T dot = 0;
+        for (int j = 0; j <= i; ++j) dot += drow[j] * prow[j];
+        for (int j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - dot) * scale;
+        for (int j = i + 1; j < seq; ++j) drow[j] = 0;
+      }
+      gemm(false, false, seq, d, seq, T(1), dp.data(), seq, k, ld, T(0), dq, ld);  // dQ = dS K
+      gemm(true, false, seq, d, seq, T(1), dp.data(), seq, q, ld, T(0), dk, ld);   // dK = dS^T Q
+    }
+  }
+}
+
+template <typename T>
+T cross_entropy_forward_backward(const T* logits, const std::int32_t* targets, T* d_logits, int n,
+                                 int vocab, T scale) {
+  double total = 0;
+  for (int i = 0; i < n; ++i) {
+    const T* row = logits + static_cast<std::int64_t>(i) * vocab;
+    T* drow = d_logits + static_cast<std::int64_t>(i) * vocab;
+    T max = *std::max_element(row, row + vocab);
+    T sum = 0;
+    for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max);
+    T log_sum = std::log(sum) + max;
+    total += static_cast<double>(log_sum - row[targets[i]]);
+    T factor = scale / n;
+    for (int j = 0; j < vocab; ++j) drow[j] = std::exp(row[j] - log_sum) * factor;
+    drow[targets[i]] -= factor;
+  }
+  return static_cast<T>(total / n);
+}
+
+template <typename T>
+void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n, int seq,
+                       int h) {
+  for (int i = 0; i < n; ++i) {
+    const T* t = tok + static_cast<std::int64_t>(tokens[i]) * h;
+    const T* p = pos + static_cast<std::int64_t>(i % seq) * h;
+    T* out = x + static_cast<std::int64_t>(i) * h;
+    for (int j = 0; j < h; ++j) out[j] = t[j] + p[j];
+  }
+}
+
+template <typename T>
+void embedding_backward(const std::int32_t* tokens, const T* dx, T* dtok, T* dpos, int n, int seq,
+                        int h) {
+  for (int i = 0; i < n; ++i) {
+    const T* g = dx + static_cast<std::int64_t>(i) * h;
+    T* t = dtok + static_cast<std::int64_t>(tokens[i]) * h;
+    T* p = dpos + static_cast<std::int64_t>(i % seq) * h;
+    for (int j = 0; j < h; ++j) {
+      t[j] += g[j];
+      p[j] += g[j];
+    }
+  }
+}
+
+#define TED_INSTANTIATE_LAYERS(T)                                                                 \
+  template void linear_forward<T>(const T*, const T*, const T*, T*, int, int, int);               \
+  template void linear_backward<T>(const T*, const T*, const T*, T*, T*, T*, int, int, int);      \
+  template void layernorm_forward<T>(const T*, const T*, const T*, T*, T*, T*, int, int);         \
+  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*,   \
+                                      T*, int, int);                                              \
+  template void gelu_forward<T>(const T*, T*, std::int64_t);                                      \
+  template void gelu_backward<T>(const T*, const T*, T*, std::int64_t);                           \
+  template void attention_forward<T>(const T*, T*, T*, int, int, int, int);                       \
+  template void attention_backward<T>(const T*, const T*, const T*, T*, int, int, int, int);      \
+  template T cross_entropy_forward_backward<T>(const T*, const std::int32_t*, T*, int, int, T);   \
+  template void embedding_forward<T>(const std::int32_t*, const T*, const T*, T*, int, int, int); \
+  template void embedding_backward<T>(const std::int32_t*, const T*, T*, T*, int, int, int);
+
+TED_INSTANTIATE_LAYERS(float)
+TED_INSTANTIATE_LAYERS(double)
+
+}  // namespace ted::kernels::cpu

@@ -1,0 +1,30 @@
+// The shape of the MoE GPT (TED.md section 1) and its gating, with the rules a config must
+// keep. Key names match the YAML keys of the training driver (model.*, gating.*).
+#pragma once
+
+#include <cstdint>
+
+#include "ted/model/gating.hpp"
+
+namespace ted::model {
+
+struct ModelConfig {
+  int vocab = 64;
+  int seq_len = 32;
+  int hidden = 64;
+  int heads = 4;
+  int layers = 2;
+  int ffn_mult = 4;         // FFN width = ffn_mult * hidden (dense and experts)
+  int expert_interval = 2;  // every expert_interval-th block is MoE (blocks 1, 3, ... for 2)
+  GateConfig gate;          // gate.experts is the number of experts
+  bool checkpoint = false;  // activation checkpointing per block
+  std::uint64_t seed = 1234;
+  double init_std = 0.02;
+
+  int ffn() const { return ffn_mult * hidden; }
+  bool is_moe(int layer) const { return (layer + 1) % expert_interval == 0; }
+  // Throws ConfigError naming the key and the rule.
+  void validate() const;
+};
+
+}  // namespace ted::model

@@ -1,0 +1,64 @@
+// MoE gating with DeepSpeed-MoE semantics (TED.md section 2), on the S tokens of one gating
+// group (one micro-batch on one rank):
+//   probs = softmax(logits); choice 1 = argmax; choice 2 = argmax of the rest (optionally on
+//   logits + Gumbel noise). Capacity C = ceil(k * cf * S / E), at least min_capacity; dropless:
+//   C = the largest expert load. Slots are filled round by round: all first choices (by
+//   position, or by random priority with RTS), then the second choices in the slots left, so
+//   first choices win. A choice that finds its expert full is dropped.
+//   top-1 weight = prob (not renormalised); top-2 weights = g_i k_i / (g_1 k_1 + g_2 k_2) with
+//   k_i = 1 if choice i was kept (a token keeping one choice gets weight 1 there).
+//   aux = E * sum_e mean_s(prob[s,e]) * mean_s(first choice of s is e), before drops.
+// Random draws are keyed by (seed, step, layer, global token index).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ted::model {
+
+struct GateConfig {
+  int experts = 4;
+  int top_k = 1;
+  double capacity_factor = 1.0;
+  int min_capacity = 4;
+  bool random_token_selection = false;  // RTS: random priority instead of position
+  bool second_choice_noise = false;     // Gumbel noise on the logits that pick choice 2
+  bool dropless = false;                // capacity = largest load; nothing dropped
+  double aux_coeff = 0.01;
+};
+
+// Capacity of each expert for a group of `tokens` tokens (not dropless).
+int expert_capacity(const GateConfig& config, int tokens);
+
+struct RoutingKey {
+  std::uint64_t seed = 0;
+  std::int64_t step = 0;
+  int layer = 0;
+  std::int64_t first_token = 0;  // global index of the group's first token
+};
+
+template <typename T>
+struct Routing {
+  int tokens = 0;
+  int experts = 0;
+  int top_k = 1;
+  int capacity = 0;
+  std::vector<T> probs;          // [tokens, experts]
+  std::vector<int> expert;       // [tokens, top_k] chosen expert of each choice
+  std::vector<int> slot;         // [tokens, top_k] slot in that expert's buffer; -1 = dropped
+  std::vector<T> gate_value;     // [tokens, top_k] prob of the chosen expert
+  std::vector<T> weight;         // [tokens, top_k] combine weight (0 when dropped)
+  std::vector<int> first_count;  // [experts] tokens whose first choice is e, before drops
+  T aux = 0;
+  int dropped() const;  // choices dropped
+};
+
+template <typename T>
+Routing<T> route(const T* logits, int tokens, const GateConfig& config, const RoutingKey& key);
+
+// Gradient of the logits [tokens, experts] (overwritten) from the gradient of the combine
+// weights d_weight [tokens, top_k] plus aux_scale * d aux / d logits.
+template <typename T>
+void route_backward(const Routing<T>& routing, const T* d_weight, T aux_scale, T* d_logits);
+
+}  // namespace ted::model

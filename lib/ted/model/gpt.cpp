@@ -1,0 +1,253 @@
+#include "ted/model/gpt.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "ted/core/error.hpp"
+#include "ted/kernels/cpu/layers.hpp"
+
+namespace ted::model {
+
+namespace cpu = ted::kernels::cpu;
+
+template <typename T>
+GptModel<T>::GptModel(const ModelConfig& config, Device& device)
+    : config_(config), device_(device) {
+  config_.validate();
+  const int h = config_.hidden, f = config_.ffn(), E = config_.gate.experts;
+  auto add = [&](std::string name, std::vector<int> shape, ParamInit init, bool decay,
+                 ParamKind kind = ParamKind::dense) {
+    return params_.add({std::move(name), std::move(shape), kind, init, decay});
+  };
+  tok_emb_ = add("tok_emb", {config_.vocab, h}, ParamInit::normal, false);
+  pos_emb_ = add("pos_emb", {config_.seq_len, h}, ParamInit::normal, false);
+  for (int l = 0; l < config_.layers; ++l) {
+    std::string p = "block" + std::to_string(l) + ".";
+    BlockIds ids{};
+    ids.ln1_g = add(p + "ln1.g", {h}, ParamInit::ones, false);
+    ids.ln1_b = add(p + "ln1.b", {h}, ParamInit::zeros, false);
+    ids.qkv_w = add(p + "attn.qkv.w", {h, 3 * h}, ParamInit::normal, true);
+    ids.qkv_b = add(p + "attn.qkv.b", {3 * h}, ParamInit::zeros, false);
+    ids.proj_w = add(p + "attn.proj.w", {h, h}, ParamInit::normal, true);
+    ids.proj_b = add(p + "attn.proj.b", {h}, ParamInit::zeros, false);
+    ids.ln2_g = add(p + "ln2.g", {h}, ParamInit::ones, false);
+    ids.ln2_b = add(p + "ln2.b", {h}, ParamInit::zeros, false);
+    ids.moe = config_.is_moe(l);
+    if (ids.moe) {
+      ids.gate_w = add(p + "moe.gate.w", {h, E}, ParamInit::normal, true);
+      ids.e_w1 = add(p + "moe.w1", {E, h, f}, ParamInit::normal, true, ParamKind::expert);
+      ids.e_b1 = add(p + "moe.b1", {E, f}, ParamInit::zeros, false, ParamKind::expert);
+      ids.e_w2 = add(p + "moe.w2", {E, f, h}, ParamInit::normal, true, ParamKind::expert);
+      ids.e_b2 = add(p + "moe.b2", {E, h}, ParamInit::zeros, false, ParamKind::expert);
+    } else {
+      ids.fc1_w = add(p + "ffn.fc1.w", {h, f}, ParamInit::normal, true);
+      ids.fc1_b = add(p + "ffn.fc1.b", {f}, ParamInit::zeros, false);
+      ids.fc2_w = add(p + "ffn.fc2.w", {f, h}, ParamInit::normal, true);
+      ids.fc2_b = add(p + "ffn.fc2.b", {h}, ParamInit::zeros, false);
+    }
+    blocks_.push_back(ids);
+  }
+  lnf_g_ = add("lnf.g", {h}, ParamInit::ones, false);
+  lnf_b_ = add("lnf.b", {h}, ParamInit::zeros, false);
+  lm_head_ = add("lm_head.w", {h, config_.vocab}, ParamInit::normal, true);
+  params_.allocate(device_, config_.seed, config_.init_std);
+}
+
+template <typename T>
+MoeParams<T> GptModel<T>::moe_params(const BlockIds& ids) const {
+  return {params_.value(ids.gate_w), params_.value(ids.e_w1), params_.value(ids.e_b1),
+          params_.value(ids.e_w2), params_.value(ids.e_b2)};
+}
+
+template <typename T>
+void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a) {
+  const BlockIds& ids = blocks_[layer];
+  const int N = tokens_, h = config_.hidden, f = config_.ffn(), S = config_.seq_len;
+  const int B = batch_.sequences, H = config_.heads;
+  auto& P = params_;
+  a.ln1 = Tensor<T>(device_, N * static_cast<std::size_t>(h));
+  a.ln1_mean = Tensor<T>(device_, N);
+  a.ln1_rstd = Tensor<T>(device_, N);
+  cpu::layernorm_forward<T>(x, P.value(ids.ln1_g), P.value(ids.ln1_b), a.ln1.data(),
+                            a.ln1_mean.data(), a.ln1_rstd.data(), N, h);
+  a.qkv = Tensor<T>(device_, N * static_cast<std::size_t>(3 * h));
+  cpu::linear_forward<T>(a.ln1.data(), P.value(ids.qkv_w), P.value(ids.qkv_b), a.qkv.data(), N, h,
+                         3 * h);
+  a.probs = Tensor<T>(device_, static_cast<std::size_t>(B) * H * S * S);
+  a.att = Tensor<T>(device_, N * static_cast<std::size_t>(h));
+  cpu::attention_forward<T>(a.qkv.data(), a.att.data(), a.probs.data(), B, S, H, h);
+  a.mid = Tensor<T>(device_, N * static_cast<std::size_t>(h));
+  cpu::linear_forward<T>(a.att.data(), P.value(ids.proj_w), P.value(ids.proj_b), a.mid.data(), N, h,
+                         h);
+  for (std::size_t i = 0; i < a.mid.size(); ++i) a.mid[i] += x[i];  // residual
+  a.ln2 = Tensor<T>(device_, N * static_cast<std::size_t>(h));
+  a.ln2_mean = Tensor<T>(device_, N);
+  a.ln2_rstd = Tensor<T>(device_, N);
+  cpu::layernorm_forward<T>(a.mid.data(), P.value(ids.ln2_g), P.value(ids.ln2_b), a.ln2.data(),
+                            a.ln2_mean.data(), a.ln2_rstd.data(), N, h);
+  double flops = 2.0 * N * h * 3 * h + 2.0 * N * h * h + 4.0 * B * H * S * S * (h / H);
+  if (ids.moe) {
+    const int groups = B / group_sequences_, group_tokens = group_sequences_ * S;
+    a.moe.resize(groups);
+    a.aux = 0;
+    for (int g = 0; g < groups; ++g) {
+      RoutingKey key{config_.seed, batch_.step, layer,
+                     (batch_.first_sample + static_cast<std::int64_t>(g) * group_sequences_) * S};
+      std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
+      a.aux += moe_forward<T>(device_, a.ln2.data() + offset, out + offset, group_tokens, h, f,
+                              config_.gate, key, moe_params(ids), a.moe[g]);
+      flops +=
+          moe_forward_flops(group_tokens, h, f, config_.gate.experts, a.moe[g].routing.capacity);
+    }
+    a.aux /= groups;
+  } else {
+    a.fc1 = Tensor<T>(device_, N * static_cast<std::size_t>(f));
+    a.act = Tensor<T>(device_, N * static_cast<std::size_t>(f));
+    cpu::linear_forward<T>(a.ln2.data(), P.value(ids.fc1_w), P.value(ids.fc1_b), a.fc1.data(), N, h,
+                           f);
+    cpu::gelu_forward<T>(a.fc1.data(), a.act.data(), static_cast<std::int64_t>(N) * f);
+    cpu::linear_forward<T>(a.act.data(), P.value(ids.fc2_w), P.value(ids.fc2_b), out, N, f, h);
+    flops += 4.0 * N * h * f;
+  }
+  for (std::size_t i = 0; i < a.mid.size(); ++i) out[i] += a.mid[i];  // residual
+  last_forward_flops_ += flops;
+}
+
+template <typename T>
+void GptModel<T>::release_internals(BlockActs& a) {
+  Tensor<T> input = std::move(a.input);
+  T aux = a.aux;
+  a = BlockActs{};
+  a.input = std::move(input);
+  a.aux = aux;
+}
+
+template <typename T>
+void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& a) {
+  const BlockIds& ids = blocks_[layer];
+  const int N = tokens_, h = config_.hidden, f = config_.ffn(), S = config_.seq_len;
+  const int B = batch_.sequences, H = config_.heads;
+  const std::size_t Nh = static_cast<std::size_t>(N) * h;
+  auto& P = params_;
+  const T* x = a.input.data();
+
+  Tensor<T> d_ln2 = zeros<T>(device_, Nh);
+  if (ids.moe) {
+    const int groups = static_cast<int>(a.moe.size()), group_tokens = group_sequences_ * S;
+    MoeGrads<T> grads{P.grad(ids.gate_w), P.grad(ids.e_w1), P.grad(ids.e_b1), P.grad(ids.e_w2),
+                      P.grad(ids.e_b2)};
+    T aux_scale = loss_scale_ * T(config_.gate.aux_coeff) / T(groups);
+    for (int g = 0; g < groups; ++g) {
+      std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
+      moe_backward<T>(a.ln2.data() + offset, d_out + offset, d_ln2.data() + offset, group_tokens, h,
+                      f, moe_params(ids), a.moe[g], aux_scale, grads);
+    }
+  } else {
+    Tensor<T> d_act = zeros<T>(device_, static_cast<std::size_t>(N) * f);
+    cpu::linear_backward<T>(a.act.data(), P.value(ids.fc2_w), d_out, d_act.data(),
+                            P.grad(ids.fc2_w), P.grad(ids.fc2_b), N, f, h);
+    cpu::gelu_backward<T>(a.fc1.data(), d_act.data(), d_act.data(),
+                          static_cast<std::int64_t>(N) * f);
+    cpu::linear_backward<T>(a.ln2.data(), P.value(ids.fc1_w), d_act.data(), d_ln2.data(),
+                            P.grad(ids.fc1_w), P.grad(ids.fc1_b), N, h, f);
+  }
+  Tensor<T> d_mid(device_, Nh);
+  std::copy(d_out, d_out + Nh, d_mid.data());  // residual
+  cpu::layernorm_backward<T>(a.mid.data(), P.value(ids.ln2_g), a.ln2_mean.data(), a.ln2_rstd.data(),
+                             d_ln2.data(), d_mid.data(), P.grad(ids.ln2_g), P.grad(ids.ln2_b), N,
+                             h);
+  Tensor<T> d_att = zeros<T>(device_, Nh);
+  cpu::linear_backward<T>(a.att.data(), P.value(ids.proj_w), d_mid.data(), d_att.data(),
+                          P.grad(ids.proj_w), P.grad(ids.proj_b), N, h, h);
+  Tensor<T> d_qkv(device_, 3 * Nh);
+  cpu::attention_backward<T>(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, H, h);
+  Tensor<T> d_ln1 = zeros<T>(device_, Nh);
+  cpu::linear_backward<T>(a.ln1.data(), P.value(ids.qkv_w), d_qkv.data(), d_ln1.data(),
+                          P.grad(ids.qkv_w), P.grad(ids.qkv_b), N, h, 3 * h);
+  std::copy(d_mid.data(), d_mid.data() + Nh, d_in);  // residual
+  cpu::layernorm_backward<T>(x, P.value(ids.ln1_g), a.ln1_mean.data(), a.ln1_rstd.data(),
+                             d_ln1.data(), d_in, P.grad(ids.ln1_g), P.grad(ids.ln1_b), N, h);
+}
+
+template <typename T>
+Losses<T> GptModel<T>::forward(const Batch& batch) {
+  const int S = config_.seq_len, h = config_.hidden, V = config_.vocab;
+  batch_ = batch;
+  tokens_ = batch.sequences * S;
+  group_sequences_ = batch.gate_group_sequences > 0 ? batch.gate_group_sequences : batch.sequences;
+  if (batch.sequences <= 0 || batch.sequences % group_sequences_ != 0)
+    throw Error("forward: " + std::to_string(batch.sequences) +
+                " sequences do not split into gating groups of " +
+                std::to_string(group_sequences_));
+  for (int i = 0; i < tokens_; ++i)
+    if (batch.tokens[i] < 0 || batch.tokens[i] >= V || batch.targets[i] < 0 ||
+        batch.targets[i] >= V)
+      throw Error("forward: token id outside the vocabulary of " + std::to_string(V));
+  last_forward_flops_ = 0;
+  const std::size_t Nh = static_cast<std::size_t>(tokens_) * h;
+
+  acts_.clear();
+  acts_.resize(static_cast<std::size_t>(config_.layers));
+  acts_[0].input = Tensor<T>(device_, Nh);
+  cpu::embedding_forward<T>(batch.tokens, params_.value(tok_emb_), params_.value(pos_emb_),
+                            acts_[0].input.data(), tokens_, S, h);
+  Losses<T> losses;
+  for (int l = 0; l < config_.layers; ++l) {
+    Tensor<T>& next = l + 1 < config_.layers ? acts_[l + 1].input : final_input_;
+    next = Tensor<T>(device_, Nh);
+    block_forward(l, acts_[l].input.data(), next.data(), acts_[l]);
+    if (blocks_[l].moe) {
+      losses.aux += acts_[l].aux;
+      for (const auto& group : acts_[l].moe) losses.dropped += group.routing.dropped();
+    }
+    if (config_.checkpoint) release_internals(acts_[l]);
+  }
+  lnf_ = Tensor<T>(device_, Nh);
+  lnf_mean_ = Tensor<T>(device_, tokens_);
+  lnf_rstd_ = Tensor<T>(device_, tokens_);
+  cpu::layernorm_forward<T>(final_input_.data(), params_.value(lnf_g_), params_.value(lnf_b_),
+                            lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), tokens_, h);
+  Tensor<T> logits(device_, static_cast<std::size_t>(tokens_) * V);
+  cpu::linear_forward<T>(lnf_.data(), params_.value(lm_head_), nullptr, logits.data(), tokens_, h,
+                         V);
+  last_forward_flops_ += 2.0 * tokens_ * h * V;
+  d_logits_ = Tensor<T>(device_, logits.size());
+  losses.lm = cpu::cross_entropy_forward_backward<T>(logits.data(), batch.targets, d_logits_.data(),
+                                                     tokens_, V, T(1));
+  return losses;
+}
+
+template <typename T>
+void GptModel<T>::backward(T loss_scale) {
+  TED_CHECK(!acts_.empty(), "backward without forward");
+  loss_scale_ = loss_scale;
+  const int S = config_.seq_len, h = config_.hidden, V = config_.vocab;
+  const std::size_t Nh = static_cast<std::size_t>(tokens_) * h;
+  for (std::size_t i = 0; i < d_logits_.size(); ++i) d_logits_[i] *= loss_scale;
+  Tensor<T> d_lnf = zeros<T>(device_, Nh);
+  cpu::linear_backward<T>(lnf_.data(), params_.value(lm_head_), d_logits_.data(), d_lnf.data(),
+                          params_.grad(lm_head_), nullptr, tokens_, h, V);
+  Tensor<T> d_x = zeros<T>(device_, Nh), d_prev(device_, Nh);
+  cpu::layernorm_backward<T>(final_input_.data(), params_.value(lnf_g_), lnf_mean_.data(),
+                             lnf_rstd_.data(), d_lnf.data(), d_x.data(), params_.grad(lnf_g_),
+                             params_.grad(lnf_b_), tokens_, h);
+  for (int l = config_.layers - 1; l >= 0; --l) {
+    if (config_.checkpoint) {  // recompute the block's internals from its input
+      Tensor<T> scratch(device_, Nh);
+      double flops = last_forward_flops_;
+      block_forward(l, acts_[l].input.data(), scratch.data(), acts_[l]);
+      last_forward_flops_ = flops;
+    }
+    block_backward(l, d_x.data(), d_prev.data(), acts_[l]);
+    release_internals(acts_[l]);
+    std::swap(d_x, d_prev);
+  }
+  cpu::embedding_backward<T>(batch_.tokens, d_x.data(), params_.grad(tok_emb_),
+                             params_.grad(pos_emb_), tokens_, S, h);
+  acts_.clear();
+}
+
+template class GptModel<float>;
+template class GptModel<double>;
+
+}  // namespace ted::model

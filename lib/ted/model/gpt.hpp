@@ -1,0 +1,91 @@
+// The MoE GPT on the CPU backend, forward and backward written out (TED.md section 1):
+// token + position embedding, pre-LN blocks (causal multi-head attention, then a dense GeLU FFN
+// or, every expert_interval-th block, an MoE FFN), final LayerNorm, LM head, cross-entropy.
+// Loss = LM loss + aux_coeff * sum over MoE layers of the aux loss. Templated on float (the
+// reference) and double (gradient checks). With checkpointing a block keeps only its input and
+// recomputes the rest in backward, through the same code, so results are bit-identical.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ted/backend/tensor.hpp"
+#include "ted/model/config.hpp"
+#include "ted/model/moe.hpp"
+#include "ted/model/params.hpp"
+
+namespace ted::model {
+
+// One micro-batch: `sequences` rows of seq_len tokens and their targets.
+struct Batch {
+  const std::int32_t* tokens = nullptr;
+  const std::int32_t* targets = nullptr;
+  int sequences = 0;
+  std::int64_t first_sample = 0;  // global index of the first sequence (keys the RNG)
+  std::int64_t step = 0;          // optimizer step (keys the RNG)
+  // Capacity is computed per gating group of this many sequences (0: the whole batch). A batch
+  // of m micro-batches with gate_group_sequences = micro-batch size equals accumulating them.
+  int gate_group_sequences = 0;
+};
+
+template <typename T>
+struct Losses {
+  T lm = 0;
+  T aux = 0;        // sum over MoE layers of the layer's aux (mean over its gating groups)
+  int dropped = 0;  // choices dropped by capacity, all MoE layers
+};
+
+template <typename T>
+class GptModel {
+ public:
+  GptModel(const ModelConfig& config, Device& device);
+
+  const ModelConfig& config() const { return config_; }
+  ParamSet<T>& params() { return params_; }
+  const ParamSet<T>& params() const { return params_; }
+
+  // Runs the forward pass and keeps what backward needs.
+  Losses<T> forward(const Batch& batch);
+  // Accumulates the gradients of loss_scale * (lm + aux_coeff * aux) of the last forward.
+  void backward(T loss_scale);
+
+  // GEMM FLOPs of the last forward (backward is twice this; recompute adds a forward).
+  double last_forward_flops() const { return last_forward_flops_; }
+
+ private:
+  struct BlockIds {
+    int ln1_g, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_g, ln2_b;
+    int fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;           // dense FFN
+    int gate_w = -1, e_w1 = -1, e_b1 = -1, e_w2 = -1, e_b2 = -1;  // MoE FFN
+    bool moe = false;
+  };
+  struct BlockActs {
+    Tensor<T> input;  // the checkpoint: always kept
+    Tensor<T> ln1, ln1_mean, ln1_rstd, qkv, probs, att, mid, ln2, ln2_mean, ln2_rstd;
+    Tensor<T> fc1, act;
+    std::vector<MoeActivations<T>> moe;
+    T aux = 0;
+  };
+
+  void block_forward(int layer, const T* x, T* out, BlockActs& acts);
+  void block_backward(int layer, const T* d_out, T* d_in, BlockActs& acts);
+  void release_internals(BlockActs& acts);
+  MoeParams<T> moe_params(const BlockIds& ids) const;
+
+  ModelConfig config_;
+  Device& device_;
+  ParamSet<T> params_;
+  int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_;
+  std::vector<BlockIds> blocks_;
+
+  // State of the last forward.
+  Batch batch_;
+  int tokens_ = 0;
+  int group_sequences_ = 0;
+  std::vector<BlockActs> acts_;
+  Tensor<T> final_input_, lnf_, lnf_mean_, lnf_rstd_, d_logits_;
+  double last_forward_flops_ = 0;
+  T loss_scale_ = 1;
+};
+
+}  // namespace ted::model

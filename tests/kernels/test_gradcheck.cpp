@@ -1,0 +1,226 @@
+// Gradient checks of every operation of the model, and of a whole tiny model, in double
+// precision against central finite differences. Each prints its relative error; the bound is
+// 1e-6 (central differences with eps 1e-5 are accurate to ~1e-9 here).
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "kernels/gradcheck.hpp"
+#include "ted/kernels/cpu/layers.hpp"
+#include "ted/model/gpt.hpp"
+#include "ted/model/moe.hpp"
+#include "ted/model/random.hpp"
+
+namespace cpu = ted::kernels::cpu;
+using ted::test::check_gradient;
+using Vec = std::vector<double>;
+
+namespace {
+constexpr double kTolerance = 1e-6;
+
+Vec random_vector(std::size_t n, std::uint64_t salt, double scale = 1.0) {
+  Vec v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * ted::random::normal(77, 9, salt, i);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+}  // namespace
+
+TEST_CASE("gradcheck: layernorm") {
+  const int n = 3, h = 7;
+  Vec x = random_vector(n * h, 1), g = random_vector(h, 2), b = random_vector(h, 3);
+  Vec r = random_vector(n * h, 4), y(n * h), mean(n), rstd(n);
+  auto loss = [&] {
+    cpu::layernorm_forward(x.data(), g.data(), b.data(), y.data(), mean.data(), rstd.data(), n, h);
+    return dot(y, r);
+  };
+  loss();
+  Vec dx(n * h, 0), dg(h, 0), db(h, 0);
+  cpu::layernorm_backward(x.data(), g.data(), mean.data(), rstd.data(), r.data(), dx.data(),
+                          dg.data(), db.data(), n, h);
+  CHECK(check_gradient("layernorm d input", loss, x.data(), x.size(), dx.data()) < kTolerance);
+  CHECK(check_gradient("layernorm d gamma", loss, g.data(), g.size(), dg.data()) < kTolerance);
+  CHECK(check_gradient("layernorm d beta", loss, b.data(), b.size(), db.data()) < kTolerance);
+}
+
+TEST_CASE("gradcheck: gelu") {
+  Vec x = random_vector(20, 5, 2.0), r = random_vector(20, 6), y(20), dx(20);
+  auto loss = [&] {
+    cpu::gelu_forward(x.data(), y.data(), 20);
+    return dot(y, r);
+  };
+  cpu::gelu_backward(x.data(), r.data(), dx.data(), 20);
+  CHECK(check_gradient("gelu", loss, x.data(), x.size(), dx.data()) < kTolerance);
+}
+
+TEST_CASE("gradcheck: causal multi-head attention") {
+  const int B = 2, S = 5, H = 2, h = 6;
+  Vec qkv = random_vector(B * S * 3 * h, 7), r = random_vector(B * S * h, 8);
+  Vec out(B * S * h), probs(B * H * S * S), d_qkv(qkv.size());
+  auto loss = [&] {
+    cpu::attention_forward(qkv.data(), out.data(), probs.data(), B, S, H, h);
+    return dot(out, r);
+  };
+  loss();
+  cpu::attention_backward(qkv.data(), probs.data(), r.data(), d_qkv.data(), B, S, H, h);
+  CHECK(check_gradient("attention d qkv", loss, qkv.data(), qkv.size(), d_qkv.data()) < kTolerance);
+  // Causality: the first token's output does not depend on later tokens.
+  cpu::attention_forward(qkv.data(), out.data(), probs.data(), B, S, H, h);
+  double first = out[0];
+  qkv[3 * h * (S - 1)] += 1.0;      // last token's q of batch 0
+  qkv[3 * h * (S - 1) + h] += 1.0;  // and its k
+  cpu::attention_forward(qkv.data(), out.data(), probs.data(), B, S, H, h);
+  CHECK(out[0] == first);
+}
+
+TEST_CASE("gradcheck: dense FFN (linear, GeLU, linear)") {
+  const int n = 4, h = 5, f = 9;
+  Vec x = random_vector(n * h, 10), w1 = random_vector(h * f, 11), b1 = random_vector(f, 12);
+  Vec w2 = random_vector(f * h, 13), b2 = random_vector(h, 14), r = random_vector(n * h, 15);
+  Vec pre(n * f), act(n * f), y(n * h);
+  auto loss = [&] {
+    cpu::linear_forward(x.data(), w1.data(), b1.data(), pre.data(), n, h, f);
+    cpu::gelu_forward(pre.data(), act.data(), n * f);
+    cpu::linear_forward(act.data(), w2.data(), b2.data(), y.data(), n, f, h);
+    return dot(y, r);
+  };
+  loss();
+  Vec dact(n * f, 0), dx(n * h, 0), dw1(h * f, 0), db1(f, 0), dw2(f * h, 0), db2(h, 0);
+  cpu::linear_backward(act.data(), w2.data(), r.data(), dact.data(), dw2.data(), db2.data(), n, f,
+                       h);
+  cpu::gelu_backward(pre.data(), dact.data(), dact.data(), n * f);
+  cpu::linear_backward(x.data(), w1.data(), dact.data(), dx.data(), dw1.data(), db1.data(), n, h,
+                       f);
+  CHECK(check_gradient("ffn d input", loss, x.data(), x.size(), dx.data()) < kTolerance);
+  CHECK(check_gradient("ffn d w1", loss, w1.data(), w1.size(), dw1.data()) < kTolerance);
+  CHECK(check_gradient("ffn d b1", loss, b1.data(), b1.size(), db1.data()) < kTolerance);
+  CHECK(check_gradient("ffn d w2", loss, w2.data(), w2.size(), dw2.data()) < kTolerance);
+  CHECK(check_gradient("ffn d b2", loss, b2.data(), b2.size(), db2.data()) < kTolerance);
+}
+
+TEST_CASE("gradcheck: cross-entropy") {
+  const int n = 4, V = 7;
+  Vec logits = random_vector(n * V, 16, 2.0), d(n * V), scratch(n * V);
+  std::vector<std::int32_t> targets = {0, 6, 3, 3};
+  auto loss = [&] {
+    return cpu::cross_entropy_forward_backward(logits.data(), targets.data(), scratch.data(), n, V,
+                                               1.0);
+  };
+  cpu::cross_entropy_forward_backward(logits.data(), targets.data(), d.data(), n, V, 1.0);
+  CHECK(check_gradient("cross-entropy d logits", loss, logits.data(), logits.size(), d.data()) <
+        kTolerance);
+}
+
+TEST_CASE("gradcheck: aux loss through the gate softmax") {
+  const int S = 6, E = 4;
+  Vec logits = random_vector(S * E, 17);
+  ted::model::GateConfig config;
+  config.experts = E;
+  auto loss = [&] { return ted::model::route(logits.data(), S, config, {}).aux; };
+  auto routing = ted::model::route(logits.data(), S, config, {});
+  Vec zero_weight(S, 0.0), d(S * E);
+  ted::model::route_backward(routing, zero_weight.data(), 1.0, d.data());
+  CHECK(check_gradient("aux loss d logits", loss, logits.data(), logits.size(), d.data()) <
+        kTolerance);
+}
+
+TEST_CASE("gradcheck: gate + dispatch + experts + combine") {
+  const int S = 12, h = 6, f = 10, E = 4;
+  struct Case {
+    const char* name;
+    int top_k;
+    double capacity_factor;
+    bool rts;
+    bool noise;
+    bool expect_drops;
+  };
+  const Case cases[] = {
+      {"moe top-1 no drops", 1, 4.0, false, false, false},
+      {"moe top-1 with drops", 1, 0.5, false, false, true},
+      {"moe top-1 with drops, RTS", 1, 0.5, true, false, true},
+      {"moe top-2 no drops", 2, 4.0, false, false, false},
+      {"moe top-2 with drops, noisy second", 2, 0.5, false, true, true},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    ted::model::GateConfig config;
+    config.experts = E;
+    config.top_k = c.top_k;
+    config.capacity_factor = c.capacity_factor;
+    config.min_capacity = 1;
+    config.random_token_selection = c.rts;
+    config.second_choice_noise = c.noise;
+    config.aux_coeff = 0.3;
+    auto device = ted::make_cpu_device();
+    Vec x = random_vector(S * h, 20), gate = random_vector(h * E, 21);
+    Vec w1 = random_vector(E * h * f, 22, 0.5), b1 = random_vector(E * f, 23, 0.1);
+    Vec w2 = random_vector(E * f * h, 24, 0.5), b2 = random_vector(E * h, 25, 0.1);
+    Vec r = random_vector(S * h, 26), y(S * h);
+    ted::model::RoutingKey key{5, 2, 1, 100};
+    ted::model::MoeParams<double> params{gate.data(), w1.data(), b1.data(), w2.data(), b2.data()};
+    ted::model::MoeActivations<double> acts;
+    auto loss = [&] {
+      double aux =
+          ted::model::moe_forward(*device, x.data(), y.data(), S, h, f, config, key, params, acts);
+      return dot(y, r) + config.aux_coeff * aux;
+    };
+    loss();
+    CHECK((acts.routing.dropped() > 0) == c.expect_drops);
+    Vec dx(S * h, 0), dgate(h * E, 0), dw1(w1.size(), 0), db1(b1.size(), 0), dw2(w2.size(), 0),
+        db2(b2.size(), 0);
+    ted::model::moe_backward(
+        x.data(), r.data(), dx.data(), S, h, f, params, acts, config.aux_coeff,
+        ted::model::MoeGrads<double>{dgate.data(), dw1.data(), db1.data(), dw2.data(), db2.data()});
+    std::string n = c.name;
+    CHECK(check_gradient(n + ": d input", loss, x.data(), x.size(), dx.data()) < kTolerance);
+    CHECK(check_gradient(n + ": d gate", loss, gate.data(), gate.size(), dgate.data()) <
+          kTolerance);
+    CHECK(check_gradient(n + ": d w1", loss, w1.data(), w1.size(), dw1.data()) < kTolerance);
+    CHECK(check_gradient(n + ": d b1", loss, b1.data(), b1.size(), db1.data()) < kTolerance);
+    CHECK(check_gradient(n + ": d w2", loss, w2.data(), w2.size(), dw2.data()) < kTolerance);
+    CHECK(check_gradient(n + ": d b2", loss, b2.data(), b2.size(), db2.data()) < kTolerance);
+  }
+}
+
+TEST_CASE("gradcheck: whole tiny MoE GPT (top-2, drops, RTS, aux loss)") {
+  ted::model::ModelConfig config;
+  config.vocab = 11;
+  config.seq_len = 5;
+  config.hidden = 8;
+  config.heads = 2;
+  config.layers = 2;
+  config.gate.experts = 4;
+  config.gate.top_k = 2;
+  config.gate.capacity_factor = 0.5;
+  config.gate.min_capacity = 1;
+  config.gate.random_token_selection = true;
+  config.gate.aux_coeff = 0.1;
+  config.init_std = 0.3;  // large enough that every path matters
+  auto device = ted::make_cpu_device();
+  ted::model::GptModel<double> model(config, *device);
+  std::vector<std::int32_t> tokens = {1, 4, 2, 9, 0, 3, 3, 7, 10, 5};
+  std::vector<std::int32_t> targets = {4, 2, 9, 0, 6, 3, 7, 10, 5, 1};
+  ted::model::Batch batch{tokens.data(), targets.data(), 2, 0, 3, 0};
+  auto loss = [&] {
+    auto l = model.forward(batch);
+    return l.lm + config.gate.aux_coeff * l.aux;
+  };
+  auto l = model.forward(batch);
+  CHECK(l.dropped > 0);
+  model.params().zero_grads();
+  model.backward(1.0);
+  auto& p = model.params();
+  for (std::size_t id = 0; id < p.specs().size(); ++id) {
+    const auto& spec = p.specs()[id];
+    std::vector<std::size_t> some;  // up to 12 elements of every tensor
+    for (std::size_t i = 0; i < spec.size(); i += std::max<std::size_t>(1, spec.size() / 12))
+      some.push_back(i);
+    CHECK(check_gradient("model " + spec.name, loss, p.value(static_cast<int>(id)), spec.size(),
+                         p.grad(static_cast<int>(id)), some) < kTolerance);
+  }
+}
