@@ -8,46 +8,27 @@ bench=$1
 mpirun=$2
 scratch=$3
 rm -rf "$scratch" && mkdir -p "$scratch"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-existing="$scratch/existing.csv"
-echo "old results" >"$existing"
-
-bad_input() {  # <ranks> <description> <args...>
-  local ranks=$1 description=$2
-  shift 2
-  local fresh="$scratch/fresh.csv"
-  for csv in "$fresh" "$existing"; do
-    "$mpirun" -n "$ranks" --oversubscribe -q "$bench" "$@" --csv "$csv" \
-      >"$scratch/out" 2>"$scratch/err"
-    local rc=$? lines
-    lines=$(wc -l <"$scratch/err")
-    [ "$rc" = 2 ] || fail "$description: exit code $rc, expected 2"
-    [ "$lines" = 1 ] || fail "$description: $lines lines on stderr, expected 1: $(cat "$scratch/err")"
-    [ -s "$scratch/out" ] && fail "$description: printed on stdout: $(cat "$scratch/out")"
-    grep -q "^ted_collbench: error: " "$scratch/err" || fail "$description: no error line"
-  done
-  [ -e "$fresh" ] && fail "$description: wrote a CSV"
-  [ "$(cat "$existing")" = "old results" ] || fail "$description: touched an existing CSV"
-  ls "$scratch" | grep -q '\.tmp\.' && fail "$description: left a temporary file"
-  echo "ok: $description -> $(cat "$scratch/err")"
+source "$(dirname "${BASH_SOURCE[0]}")/cli_checks.sh"
+run() {  # <ranks> <args...>
+  local ranks=$1
+  shift
+  "$mpirun" -n "$ranks" --oversubscribe -q "$bench" "$@"
 }
 
-bad_input 2 "unknown option" --frobnicate 3
-bad_input 4 "layout not dividing the ranks" --tp 3
-bad_input 4 "layout not multiplying to the ranks" --tp 2 --ep 2 --dp 2
-bad_input 2 "zero tensor size" --tp 0
-bad_input 2 "size range -b > -e" -b 16M -e 1K
-bad_input 2 "size that is not a size" -b 12Q
-bad_input 2 "unknown collective" --op all_to_some
-bad_input 2 "unknown group" --group pipeline
-bad_input 2 "unknown data type" -d float8
-bad_input 2 "step factor below 2" -f 1
-bad_input 2 "negative iterations" -n -1
-bad_input 4 "broadcast root outside the group" --op broadcast --group tensor --tp 2 --root 2
-bad_input 2 "plain-MPI comparison on NCCL" --backend nccl --compare-mpi
-bad_input 2 "unknown backend" --backend gloo
+bad_input "unknown option" ted_collbench run 2 --frobnicate 3
+bad_input "layout not dividing the ranks" ted_collbench run 4 --tp 3
+bad_input "layout not multiplying to the ranks" ted_collbench run 4 --tp 2 --ep 2 --dp 2
+bad_input "zero tensor size" ted_collbench run 2 --tp 0
+bad_input "size range -b > -e" ted_collbench run 2 -b 16M -e 1K
+bad_input "size that is not a size" ted_collbench run 2 -b 12Q
+bad_input "unknown collective" ted_collbench run 2 --op all_to_some
+bad_input "unknown group" ted_collbench run 2 --group pipeline
+bad_input "unknown data type" ted_collbench run 2 -d float8
+bad_input "step factor below 2" ted_collbench run 2 -f 1
+bad_input "negative iterations" ted_collbench run 2 -n -1
+bad_input "broadcast root outside the group" ted_collbench run 4 --op broadcast --group tensor --tp 2 --root 2
+bad_input "plain-MPI comparison on NCCL" ted_collbench run 2 --backend nccl --compare-mpi
+bad_input "unknown backend" ted_collbench run 2 --backend gloo
 
 # A good run: exit 0, a CSV with a header and one row per size, no wrong elements, and the
 # ledger's bytes per call equal to the formula (all_to_all on 4 ranks: send = recv = bytes).
@@ -69,5 +50,4 @@ else
   fail "good run exited $?: $(cat "$scratch/err")"
 fi
 
-echo "$failures failed"
-[ "$failures" = 0 ]
+finish

@@ -1,0 +1,139 @@
+#include "ted/core/config_schema.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "ted/core/error.hpp"
+
+namespace ted {
+
+namespace {
+
+template <typename Int>
+bool parse_integer(const std::string& text, Int* out) {
+  Int value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return false;
+  *out = value;
+  return true;
+}
+
+bool parse_double(const std::string& text, double* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  double value = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end != text.c_str() + text.size()) return false;
+  *out = value;
+  return true;
+}
+
+std::string number_text(double value) {
+  std::ostringstream out;
+  out.precision(17);
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+void ConfigSchema::add_entry(const std::string& key, Entry entry) {
+  entries_[key] = std::move(entry);
+}
+
+void ConfigSchema::add(const std::string& key, int* target) {
+  add_entry(key, {"an integer", [target](const std::string& t) { return parse_integer(t, target); },
+                  [target] { return std::to_string(*target); }});
+}
+
+void ConfigSchema::add(const std::string& key, std::int64_t* target) {
+  add_entry(key, {"an integer", [target](const std::string& t) { return parse_integer(t, target); },
+                  [target] { return std::to_string(*target); }});
+}
+
+void ConfigSchema::add(const std::string& key, std::uint64_t* target) {
+  add_entry(key, {"a non-negative integer",
+                  [target](const std::string& t) { return parse_integer(t, target); },
+                  [target] { return std::to_string(*target); }});
+}
+
+void ConfigSchema::add(const std::string& key, double* target) {
+  add_entry(key, {"a number", [target](const std::string& t) { return parse_double(t, target); },
+                  [target] { return number_text(*target); }});
+}
+
+void ConfigSchema::add(const std::string& key, bool* target) {
+  add_entry(key, {"true or false",
+                  [target](const std::string& t) {
+                    if (t == "true" || t == "1") return *target = true, true;
+                    if (t == "false" || t == "0") return *target = false, true;
+                    return false;
+                  },
+                  [target] { return std::string(*target ? "true" : "false"); }});
+}
+
+void ConfigSchema::add(const std::string& key, std::string* target) {
+  add_entry(key, {"a string", [target](const std::string& t) { return *target = t, true; },
+                  [target] { return *target; }});
+}
+
+void ConfigSchema::set_value(const std::string& key, const std::string& text,
+                             const std::string& where) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) throw ConfigError(where + ": unknown key '" + key + "'");
+  if (!it->second.parse(text))
+    throw ConfigError(where + ": key '" + key + "' must be " + it->second.type + ", got '" + text +
+                      "'");
+}
+
+void ConfigSchema::set(const std::string& assignment, const std::string& origin) {
+  auto equals = assignment.find('=');
+  if (equals == std::string::npos || equals == 0)
+    throw ConfigError(origin + ": '" + assignment + "' is not of the form key=value");
+  set_value(assignment.substr(0, equals), assignment.substr(equals + 1), origin);
+}
+
+void ConfigSchema::load_yaml(const std::string& path) {
+  std::ifstream probe(path);
+  if (!probe) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(path + ": not valid YAML: " + e.msg + " (line " +
+                      std::to_string(e.mark.line + 1) + ")");
+  }
+  if (root.IsNull()) return;
+  if (!root.IsMap()) throw ConfigError(path + ": the top level must be a map of sections");
+  std::function<void(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& node,
+                                                                        const std::string& prefix) {
+    for (const auto& item : node) {
+      std::string key = prefix + item.first.as<std::string>();
+      const YAML::Node& value = item.second;
+      if (value.IsMap()) {
+        walk(value, key + ".");
+      } else if (value.IsScalar()) {
+        set_value(key, value.Scalar(), path);
+      } else if (entries_.count(key)) {
+        throw ConfigError(path + ": key '" + key + "' must be " + entries_[key].type +
+                          ", got a list or an empty value");
+      } else {
+        throw ConfigError(path + ": unknown key '" + key + "'");
+      }
+    }
+  };
+  walk(root, "");
+}
+
+std::vector<std::string> ConfigSchema::dump() const {
+  std::vector<std::string> lines;
+  for (const auto& [key, entry] : entries_) lines.push_back(key + "=" + entry.print());
+  return lines;
+}
+
+}  // namespace ted

@@ -1,0 +1,64 @@
+#include "ted/train/train_config.hpp"
+
+#include <string>
+
+#include "ted/core/error.hpp"
+
+namespace ted::train {
+
+ConfigSchema TrainConfig::schema() {
+  ConfigSchema s;
+  auto& m = model;
+  s.add("model.vocab", &m.vocab);
+  s.add("model.seq_len", &m.seq_len);
+  s.add("model.hidden", &m.hidden);
+  s.add("model.heads", &m.heads);
+  s.add("model.layers", &m.layers);
+  s.add("model.ffn_mult", &m.ffn_mult);
+  s.add("model.experts", &m.gate.experts);
+  s.add("model.expert_interval", &m.expert_interval);
+  s.add("model.checkpoint", &m.checkpoint);
+  s.add("model.init_std", &m.init_std);
+  s.add("gating.top_k", &m.gate.top_k);
+  s.add("gating.capacity_factor", &m.gate.capacity_factor);
+  s.add("gating.min_capacity", &m.gate.min_capacity);
+  s.add("gating.random_token_selection", &m.gate.random_token_selection);
+  s.add("gating.second_choice_noise", &m.gate.second_choice_noise);
+  s.add("gating.dropless", &m.gate.dropless);
+  s.add("gating.aux_coeff", &m.gate.aux_coeff);
+  s.add("optimizer.lr", &optimizer.lr);
+  s.add("optimizer.min_lr", &optimizer.min_lr);
+  s.add("optimizer.warmup_steps", &optimizer.warmup_steps);
+  s.add("optimizer.weight_decay", &optimizer.weight_decay);
+  s.add("optimizer.beta1", &optimizer.beta1);
+  s.add("optimizer.beta2", &optimizer.beta2);
+  s.add("optimizer.eps", &optimizer.eps);
+  s.add("optimizer.grad_clip", &optimizer.grad_clip);
+  s.add("data.source", &data.source);
+  s.add("data.path", &data.path);
+  s.add("data.token_bytes", &data.token_bytes);
+  s.add("data.noise", &data.noise);
+  s.add("data.micro_batch", &data.micro_batch);
+  s.add("data.micro_batches", &data.micro_batches);
+  s.add("training.steps", &steps);
+  s.add("training.seed", &m.seed);
+  s.add("training.log_every", &log_every);
+  s.add("training.csv", &csv);
+  return s;
+}
+
+void TrainConfig::validate() const {
+  model.validate();
+  optimizer.validate();
+  if (data.source != "synthetic" && data.source != "file")
+    throw ConfigError("data.source must be synthetic or file, got '" + data.source + "'");
+  if (data.source == "file" && data.path.empty())
+    throw ConfigError("data.path must name a token file when data.source is file");
+  if (data.micro_batch < 1) throw ConfigError("data.micro_batch must be at least 1");
+  if (data.micro_batches < 1) throw ConfigError("data.micro_batches must be at least 1");
+  if (data.noise < 0 || data.noise > 1) throw ConfigError("data.noise must be in [0, 1]");
+  if (steps < 1) throw ConfigError("training.steps must be at least 1");
+  if (log_every < 1) throw ConfigError("training.log_every must be at least 1");
+}
+
+}  // namespace ted::train

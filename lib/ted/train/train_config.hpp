@@ -1,0 +1,44 @@
+// Everything a training run reads: model, gating, optimizer, data, run length, output.
+// YAML layout (every key optional; defaults below):
+//   model:     vocab seq_len hidden heads layers ffn_mult experts expert_interval checkpoint
+//              init_std
+//   gating:    top_k capacity_factor min_capacity random_token_selection second_choice_noise
+//              dropless aux_coeff
+//   optimizer: lr min_lr warmup_steps weight_decay beta1 beta2 eps grad_clip
+//   data:      source (synthetic | file) path token_bytes (2 | 4) noise micro_batch
+//              micro_batches
+//   training:  steps seed log_every csv
+#pragma once
+
+#include <string>
+
+#include "ted/core/config_schema.hpp"
+#include "ted/model/config.hpp"
+#include "ted/train/optimizer.hpp"
+
+namespace ted::train {
+
+struct DataConfig {
+  std::string source = "synthetic";
+  std::string path;
+  int token_bytes = 2;
+  double noise = 0.1;     // synthetic only
+  int micro_batch = 4;    // sequences per micro-batch (one gating group)
+  int micro_batches = 1;  // accumulated per optimizer step
+};
+
+struct TrainConfig {
+  model::ModelConfig model;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  int steps = 100;
+  int log_every = 1;
+  std::string csv;  // empty: results/train/<config name>.csv
+
+  // The keys above, bound to this object's fields.
+  ConfigSchema schema();
+  // Checks every rule (model, gating, optimizer, data, run), ConfigError naming the key.
+  void validate() const;
+};
+
+}  // namespace ted::train
