@@ -17,6 +17,9 @@ add_library(ted_cblas INTERFACE)
 target_link_libraries(ted_cblas INTERFACE BLAS::BLAS)
 target_include_directories(ted_cblas SYSTEM INTERFACE "${TED_CBLAS_INCLUDE_DIR}")
 
+# Element-wise CPU kernels run on a small thread pool (lib/ted/core/parallel.hpp).
+find_package(Threads REQUIRED)
+
 find_package(CLI11 CONFIG REQUIRED)            # libcli11-dev
 find_package(yaml-cpp REQUIRED)                # libyaml-cpp-dev
 if(NOT TARGET yaml-cpp::yaml-cpp)

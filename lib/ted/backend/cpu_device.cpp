@@ -1,5 +1,7 @@
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
+#include <vector>
 
 #include "ted/backend/device.hpp"
 #include "ted/core/error.hpp"
@@ -7,20 +9,41 @@
 namespace ted {
 namespace {
 
+// Host memory with a cache of freed blocks by size: a training step frees and allocates the
+// same sizes again, and handing them back to the OS (large blocks are mmap'ed) would make the
+// kernel zero fresh pages every step.
 class CpuDevice final : public Device {
  public:
+  ~CpuDevice() override {
+    for (auto& [bytes, blocks] : cache_)
+      for (void* block : blocks) std::free(block);
+  }
+
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override { return "cpu"; }
 
   void* allocate(std::size_t bytes) override {
     if (bytes == 0) return nullptr;
-    // 64-byte alignment: whole cache lines, and what vectorised kernels want.
-    std::size_t rounded = (bytes + 63) / 64 * 64;
-    void* pointer = std::aligned_alloc(64, rounded);
-    if (!pointer) throw Error("host allocation of " + std::to_string(bytes) + " bytes failed");
+    std::size_t rounded = (bytes + 63) / 64 * 64;  // whole cache lines, for vector kernels
+    void* pointer = nullptr;
+    auto cached = cache_.find(rounded);
+    if (cached != cache_.end() && !cached->second.empty()) {
+      pointer = cached->second.back();
+      cached->second.pop_back();
+    } else {
+      pointer = std::aligned_alloc(64, rounded);
+      if (!pointer) throw Error("host allocation of " + std::to_string(bytes) + " bytes failed");
+    }
+    sizes_[pointer] = rounded;
     return pointer;
   }
-  void deallocate(void* pointer) override { std::free(pointer); }
+  void deallocate(void* pointer) override {
+    if (!pointer) return;
+    auto it = sizes_.find(pointer);
+    TED_CHECK(it != sizes_.end(), "deallocate of memory this device did not allocate");
+    cache_[it->second].push_back(pointer);
+    sizes_.erase(it);
+  }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
@@ -28,9 +51,31 @@ class CpuDevice final : public Device {
     if (bytes) std::memcpy(dst, src, bytes);
   }
   void fill(void* dst, std::size_t count, DataType dtype, double value) override {
-    for (std::size_t i = 0; i < count; ++i) store_from_double(dst, dtype, i, value);
+    if (count == 0) return;
+    if (value == 0.0) {  // +0 is all-zero bits in every type
+      std::memset(dst, 0, count * dtype_size(dtype));
+      return;
+    }
+    switch (dtype) {
+      case DataType::f32:
+        fill_typed(static_cast<float*>(dst), count, float(value));
+        return;
+      case DataType::f64:
+        fill_typed(static_cast<double*>(dst), count, value);
+        return;
+      default:
+        for (std::size_t i = 0; i < count; ++i) store_from_double(dst, dtype, i, value);
+    }
   }
   void synchronize() override {}
+
+ private:
+  template <typename T>
+  static void fill_typed(T* dst, std::size_t count, T value) {
+    for (std::size_t i = 0; i < count; ++i) dst[i] = value;
+  }
+  std::unordered_map<std::size_t, std::vector<void*>> cache_;
+  std::unordered_map<void*, std::size_t> sizes_;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ted/core/parallel.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 #include "ted/kernels/elementwise.hpp"
 
@@ -35,19 +36,24 @@ void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, i
 template <typename T>
 void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int n,
                        int h) {
-  for (int i = 0; i < n; ++i) {
-    const T* row = x + static_cast<std::int64_t>(i) * h;
-    T* out = y + static_cast<std::int64_t>(i) * h;
-    T sum = 0;
-    for (int j = 0; j < h; ++j) sum += row[j];
-    T mu = sum / h;
-    T var = 0;
-    for (int j = 0; j < h; ++j) var += (row[j] - mu) * (row[j] - mu);
-    T r = T(1) / std::sqrt(var / h + T(1e-5));
-    for (int j = 0; j < h; ++j) out[j] = (row[j] - mu) * r * gamma[j] + beta[j];
-    mean[i] = mu;
-    rstd[i] = r;
-  }
+  parallel_for(
+      n,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t i = first; i < last; ++i) {
+          const T* row = x + i * h;
+          T* out = y + i * h;
+          T sum = 0;
+          for (int j = 0; j < h; ++j) sum += row[j];
+          T mu = sum / h;
+          T var = 0;
+          for (int j = 0; j < h; ++j) var += (row[j] - mu) * (row[j] - mu);
+          T r = T(1) / std::sqrt(var / h + T(1e-5));
+          for (int j = 0; j < h; ++j) out[j] = (row[j] - mu) * r * gamma[j] + beta[j];
+          mean[i] = mu;
+          rstd[i] = r;
+        }
+      },
+      64);
 }
 
 template <typename T>
@@ -77,12 +83,16 @@ void layernorm_backward(const T* x, const T* gamma, const T* mean, const T* rstd
 
 template <typename T>
 void gelu_forward(const T* x, T* y, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) y[i] = gelu(x[i]);
+  parallel_for(count, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i) y[i] = gelu(x[i]);
+  });
 }
 
 template <typename T>
 void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) dx[i] = dy[i] * gelu_grad(x[i]);
+  parallel_for(count, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i) dx[i] = dy[i] * gelu_grad(x[i]);
+  });
 }
 
 template <typename T>
@@ -90,30 +100,42 @@ void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int h
   const int d = h / heads;
   const int ld = 3 * h;
   const T scale = T(1) / std::sqrt(T(d));
-  for (int b = 0; b < batch; ++b) {
-    const T* base = qkv + static_cast<std::int64_t>(b) * seq * ld;
+  const std::int64_t square = static_cast<std::int64_t>(seq) * seq;
+  // Three passes so the element-wise softmax runs in parallel between the GEMM loops (OpenBLAS
+  // threads each GEMM itself): scores, causal softmax of every row, then P V.
+  for (int b = 0; b < batch; ++b)
     for (int head = 0; head < heads; ++head) {
-      const T* q = base + head * d;
-      const T* k = base + h + head * d;
-      const T* v = base + 2 * h + head * d;
-      T* p = probs + (static_cast<std::int64_t>(b) * heads + head) * seq * seq;
-      gemm(false, true, seq, seq, d, scale, q, ld, k, ld, T(0), p, seq);  // scores
-      for (int i = 0; i < seq; ++i) {  // causal softmax: row i sees columns 0..i
-        T* row = p + static_cast<std::int64_t>(i) * seq;
-        T max = row[0];
-        for (int j = 1; j <= i; ++j) max = std::max(max, row[j]);
-        T sum = 0;
-        for (int j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - max);
-          sum += row[j];
+      const T* base = qkv + static_cast<std::int64_t>(b) * seq * ld;
+      T* p = probs + (static_cast<std::int64_t>(b) * heads + head) * square;
+      gemm(false, true, seq, seq, d, scale, base + head * d, ld, base + h + head * d, ld, T(0), p,
+           seq);
+    }
+  const std::int64_t rows = static_cast<std::int64_t>(batch) * heads * seq;
+  parallel_for(
+      rows,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t r = first; r < last; ++r) {  // row i of a head sees columns 0..i
+          const int i = static_cast<int>(r % seq);
+          T* row = probs + r * seq;
+          T max = row[0];
+          for (int j = 1; j <= i; ++j) max = std::max(max, row[j]);
+          T sum = 0;
+          for (int j = 0; j <= i; ++j) {
+            row[j] = std::exp(row[j] - max);
+            sum += row[j];
+          }
+          for (int j = 0; j <= i; ++j) row[j] /= sum;
+          for (int j = i + 1; j < seq; ++j) row[j] = 0;
         }
-        for (int j = 0; j <= i; ++j) row[j] /= sum;
-        for (int j = i + 1; j < seq; ++j) row[j] = 0;
-      }
+      },
+      16);
+  for (int b = 0; b < batch; ++b)
+    for (int head = 0; head < heads; ++head) {
+      const T* v = qkv + static_cast<std::int64_t>(b) * seq * ld + 2 * h + head * d;
+      const T* p = probs + (static_cast<std::int64_t>(b) * heads + head) * square;
       T* o = out + static_cast<std::int64_t>(b) * seq * h + head * d;
       gemm(false, false, seq, d, seq, T(1), p, seq, v, ld, T(0), o, h);
     }
-  }
 }
 
 template <typename T>
