@@ -174,7 +174,7 @@ TEST_CASE("gradcheck: gate + dispatch + experts + combine") {
     Vec dx(S * h, 0), dgate(h * E, 0), dw1(w1.size(), 0), db1(b1.size(), 0), dw2(w2.size(), 0),
         db2(b2.size(), 0);
     ted::model::moe_backward(
-        x.data(), r.data(), dx.data(), S, h, f, params, acts, config.aux_coeff,
+        *device, x.data(), r.data(), dx.data(), S, h, f, params, acts, config.aux_coeff,
         ted::model::MoeGrads<double>{dgate.data(), dw1.data(), db1.data(), dw2.data(), db2.data()});
     std::string n = c.name;
     CHECK(check_gradient(n + ": d input", loss, x.data(), x.size(), dx.data()) < kTolerance);

@@ -139,8 +139,8 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
     T aux_scale = loss_scale_ * T(config_.gate.aux_coeff) / T(groups);
     for (int g = 0; g < groups; ++g) {
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
-      moe_backward<T>(a.ln2.data() + offset, d_out + offset, d_ln2.data() + offset, group_tokens, h,
-                      f, moe_params(ids), a.moe[g], aux_scale, grads);
+      moe_backward<T>(device_, a.ln2.data() + offset, d_out + offset, d_ln2.data() + offset,
+                      group_tokens, h, f, moe_params(ids), a.moe[g], aux_scale, grads);
     }
   } else {
     Tensor<T> d_act = zeros<T>(device_, static_cast<std::size_t>(N) * f);

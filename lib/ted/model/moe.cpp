@@ -60,7 +60,7 @@ T moe_forward(Device& device, const T* x, T* y, int tokens, int h, int f, const 
 }
 
 template <typename T>
-void moe_backward(const T* x, const T* dy, T* dx, int tokens, int h, int f,
+void moe_backward(Device& device, const T* x, const T* dy, T* dx, int tokens, int h, int f,
                   const MoeParams<T>& params, const MoeActivations<T>& acts, T aux_scale,
                   const MoeGrads<T>& grads) {
   const Routing<T>& r = acts.routing;
@@ -68,7 +68,8 @@ void moe_backward(const T* x, const T* dy, T* dx, int tokens, int h, int f,
   const std::size_t slots = static_cast<std::size_t>(E) * C;
 
   // Combine backward: gradient of each used slot, and of each combine weight.
-  std::vector<T> d_out(slots * h, T(0)), d_weight(static_cast<std::size_t>(tokens) * K, T(0));
+  Tensor<T> d_out = zeros<T>(device, slots * h);
+  std::vector<T> d_weight(static_cast<std::size_t>(tokens) * K, T(0));
   for (int s = 0; s < tokens; ++s)
     for (int k = 0; k < K; ++k) {
       auto index = static_cast<std::size_t>(s) * K + k;
@@ -86,7 +87,7 @@ void moe_backward(const T* x, const T* dy, T* dx, int tokens, int h, int f,
     }
 
   // Experts backward.
-  std::vector<T> d_hidden(slots * f, T(0)), d_dispatched(slots * h, T(0));
+  Tensor<T> d_hidden = zeros<T>(device, slots * f), d_dispatched = zeros<T>(device, slots * h);
   for (int e = 0; e < E; ++e) {
     std::size_t first = static_cast<std::size_t>(e) * C;
     cpu::linear_backward<T>(acts.activated.data() + first * f,
@@ -132,10 +133,10 @@ template float moe_forward<float>(Device&, const float*, float*, int, int, int, 
 template double moe_forward<double>(Device&, const double*, double*, int, int, int,
                                     const GateConfig&, const RoutingKey&, const MoeParams<double>&,
                                     MoeActivations<double>&);
-template void moe_backward<float>(const float*, const float*, float*, int, int, int,
+template void moe_backward<float>(Device&, const float*, const float*, float*, int, int, int,
                                   const MoeParams<float>&, const MoeActivations<float>&, float,
                                   const MoeGrads<float>&);
-template void moe_backward<double>(const double*, const double*, double*, int, int, int,
+template void moe_backward<double>(Device&, const double*, const double*, double*, int, int, int,
                                    const MoeParams<double>&, const MoeActivations<double>&, double,
                                    const MoeGrads<double>&);
 

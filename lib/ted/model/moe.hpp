@@ -43,7 +43,7 @@ T moe_forward(Device& device, const T* x, T* y, int tokens, int h, int f, const 
 
 // Accumulates into dx and the gradients; aux_scale multiplies d aux (aux_coeff x loss scale).
 template <typename T>
-void moe_backward(const T* x, const T* dy, T* dx, int tokens, int h, int f,
+void moe_backward(Device& device, const T* x, const T* dy, T* dx, int tokens, int h, int f,
                   const MoeParams<T>& params, const MoeActivations<T>& acts, T aux_scale,
                   const MoeGrads<T>& grads);
 
