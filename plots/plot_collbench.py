@@ -6,19 +6,11 @@ plain-MPI reference measured in the same run where the CSV has it, and the ratio
 
 Writes the PNG and a PDF beside it. Reads only results/ (or the CSVs named).
 """
-import csv
 import sys
-from pathlib import Path
 
-import matplotlib
+from plotlib import read_rows, run  # first: selects the Agg backend
 
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
-
-def read_rows(path):
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def label_of(row):
@@ -33,11 +25,7 @@ def size_label(size):
     return str(size)
 
 
-def main(argv):
-    if len(argv) < 3:
-        print(__doc__.strip(), file=sys.stderr)
-        return 2
-    *inputs, output = argv[1:]
+def draw(inputs):
     figure, (bandwidth, ratio) = plt.subplots(
         2, 1, figsize=(8, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
     has_reference = False
@@ -75,14 +63,8 @@ def main(argv):
     ticks = sorted({int(r["bytes"]) for p in inputs for r in read_rows(p)})
     ratio.set_xticks(ticks[::2])
     ratio.set_xticklabels([size_label(t) for t in ticks[::2]], fontsize=8)
-    figure.tight_layout()
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=120)
-    figure.savefig(output.with_suffix(".pdf"))
-    print(f"wrote {output} and {output.with_suffix('.pdf')}")
-    return 0
+    return figure
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run(draw, __doc__))

@@ -6,27 +6,20 @@ and tokens/s below.
 
 Writes the PNG and a PDF beside it.
 """
-import csv
 import sys
 from pathlib import Path
 
-import matplotlib
+from plotlib import read_rows, run  # first: selects the Agg backend
 
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main(argv):
-    if len(argv) < 3:
-        print(__doc__.strip(), file=sys.stderr)
-        return 2
-    *inputs, output = argv[1:]
+def draw(inputs):
     figure, (loss_axis, speed_axis) = plt.subplots(
         2, 1, figsize=(8, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]})
     revisions = set()
     for path in inputs:
-        with open(path, newline="") as handle:
-            rows = list(csv.DictReader(handle))
+        rows = read_rows(path)
         if not rows:
             continue
         name = Path(path).stem
@@ -44,14 +37,8 @@ def main(argv):
     speed_axis.set_ylabel("thousand tokens/s")
     speed_axis.set_xlabel("optimizer step")
     speed_axis.grid(True, alpha=0.3)
-    figure.tight_layout()
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=120)
-    figure.savefig(output.with_suffix(".pdf"))
-    print(f"wrote {output} and {output.with_suffix('.pdf')}")
-    return 0
+    return figure
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run(draw, __doc__))

@@ -1,0 +1,31 @@
+"""What every plot script shares: argument handling (CSV inputs, then the output PNG) and
+saving the figure as PNG and PDF."""
+import csv
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+
+def read_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def run(draw, doc):
+    """Calls draw(inputs) -> figure with the CSV paths of the command line, saves the figure to
+    the last argument (PNG and a PDF beside it) and returns the exit code."""
+    if len(sys.argv) < 3:
+        print(doc.strip(), file=sys.stderr)
+        return 2
+    *inputs, output = sys.argv[1:]
+    figure = draw(inputs)
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(output, dpi=120)
+    figure.savefig(output.with_suffix(".pdf"))
+    print(f"wrote {output} and {output.with_suffix('.pdf')}")
+    return 0
