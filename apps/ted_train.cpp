@@ -40,7 +40,12 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv_path, "CSV path (overrides training.csv)");
   app.add_flag("--checkpoint", checkpoint, "activation checkpointing (model.checkpoint=true)");
 
-  return ted::run_app(argc, argv, app, [&](ted::MpiSession&) {
+  return ted::run_app(argc, argv, app, [&](ted::MpiSession& mpi) {
+    if (mpi.world_size() != 1)
+      throw ted::ConfigError(
+          "ted_train is the single-process reference: run it without mpirun "
+          "(it was started on " +
+          std::to_string(mpi.world_size()) + " ranks)");
     ted::train::TrainConfig config;
     ted::ConfigSchema schema = config.schema();
     schema.load_yaml(config_path);

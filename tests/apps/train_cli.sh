@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # ted_train's handling of bad configs: unknown key, wrong type, experts = 0, top-k > experts,
-# heads not dividing hidden, a missing data file, a missing config file, an unknown option.
+# heads not dividing hidden, a missing data file, a missing config file, an unknown option,
+# several MPI ranks.
 # Each gives one line, exit 2 and no CSV. Then a short good run writes one CSV row per step.
-#   train_cli.sh <ted_train> <repository root> <scratch dir>
+#   train_cli.sh <ted_train> <repository root> <scratch dir> <mpirun>
 set -u
 train=$1
 root=$2
 scratch=$3
+mpirun=$4
 rm -rf "$scratch" && mkdir -p "$scratch"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_checks.sh"
 config="$root/experiments/train/tiny-cpu.yaml"
@@ -23,6 +25,7 @@ bad_input "missing data file" ted_train "$train" -c "$config" --set data.source=
   --set data.path="$scratch/no_such_tokens.bin"
 bad_input "missing config file" ted_train "$train" -c "$scratch/no_such.yaml"
 bad_input "unknown option" ted_train "$train" -c "$config" --learning-rate 3
+bad_input "started on several ranks" ted_train "$mpirun" -n 2 --oversubscribe -q "$train" -c "$config"
 
 good="$scratch/good.csv"
 if "$train" -c "$config" --steps 5 --csv "$good" >"$scratch/out" 2>"$scratch/err"; then

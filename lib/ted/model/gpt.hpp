@@ -16,7 +16,8 @@
 
 namespace ted::model {
 
-// One micro-batch: `sequences` rows of seq_len tokens and their targets.
+// One micro-batch: `sequences` rows of seq_len tokens and their targets. The arrays must stay
+// alive until backward() of the same forward has run (the embedding gradient reads tokens).
 struct Batch {
   const std::int32_t* tokens = nullptr;
   const std::int32_t* targets = nullptr;
