@@ -164,9 +164,10 @@ TEST_CASE("gradcheck: gate + dispatch + experts + combine") {
     ted::model::RoutingKey key{5, 2, 1, 100};
     ted::model::MoeParams<double> params{gate.data(), w1.data(), b1.data(), w2.data(), b2.data()};
     ted::model::MoeActivations<double> acts;
+    const ted::model::MoeShape shape{S, h, f, E};
     auto loss = [&] {
-      double aux =
-          ted::model::moe_forward(*device, x.data(), y.data(), S, h, f, config, key, params, acts);
+      double aux = ted::model::moe_forward(*device, x.data(), y.data(), shape, config, key, params,
+                                           {}, acts);
       return dot(y, r) + config.aux_coeff * aux;
     };
     loss();
@@ -174,7 +175,7 @@ TEST_CASE("gradcheck: gate + dispatch + experts + combine") {
     Vec dx(S * h, 0), dgate(h * E, 0), dw1(w1.size(), 0), db1(b1.size(), 0), dw2(w2.size(), 0),
         db2(b2.size(), 0);
     ted::model::moe_backward(
-        *device, x.data(), r.data(), dx.data(), S, h, f, params, acts, config.aux_coeff,
+        *device, x.data(), r.data(), dx.data(), shape, params, {}, acts, config.aux_coeff,
         ted::model::MoeGrads<double>{dgate.data(), dw1.data(), db1.data(), dw2.data(), db2.data()});
     std::string n = c.name;
     CHECK(check_gradient(n + ": d input", loss, x.data(), x.size(), dx.data()) < kTolerance);

@@ -11,14 +11,44 @@ namespace ted::model {
 namespace cpu = ted::kernels::cpu;
 
 template <typename T>
-GptModel<T>::GptModel(const ModelConfig& config, Device& device)
-    : config_(config), device_(device) {
+GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelParallel& parallel)
+    : config_(config), device_(device), parallel_(parallel) {
   config_.validate();
+  if (parallel_.tensor) T_ = parallel_.tensor->size(), t_ = parallel_.tensor->rank();
+  if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
   const int h = config_.hidden, f = config_.ffn(), E = config_.gate.experts;
+  if (E % Ep_ != 0)
+    throw ConfigError("model.experts (" + std::to_string(E) + ") must be divisible by Ep (" +
+                      std::to_string(Ep_) + ")");
+  if (config_.heads % T_ != 0)
+    throw ConfigError("model.heads (" + std::to_string(config_.heads) +
+                      ") must be divisible by T (" + std::to_string(T_) + ")");
+  if (f % T_ != 0)
+    throw ConfigError("the FFN width model.ffn_mult * model.hidden (" + std::to_string(f) +
+                      ") must be divisible by T (" + std::to_string(T_) + ")");
+  if (parallel_.reduce_scatter && !parallel_.dtd)
+    throw ConfigError("the reduce-scatter switch works on DTD's slices: turn dtd on with it");
+  if (parallel_.cac && !config_.checkpoint)
+    throw ConfigError("cac (communication-aware checkpointing) needs model.checkpoint=true");
+
+  // Shards: column-parallel tensors keep columns t of T, row-parallel ones rows t of T; experts
+  // keep experts e of Ep. Everything else is whole on every rank.
+  const int hl = h / T_, El = E / Ep_;
+  const DimSlice all{};
+  auto part = [&](int width) { return DimSlice{{t_ * (width / T_), width / T_}}; };
+  const DimSlice qkv_cols{{t_ * hl, hl}, {h + t_ * hl, hl}, {2 * h + t_ * hl, hl}};
+  const DimSlice experts{{e_ * El, El}};
   auto add = [&](std::string name, std::vector<int> shape, ParamInit init, bool decay,
-                 ParamKind kind = ParamKind::dense) {
-    return params_.add({std::move(name), std::move(shape), kind, init, decay});
+                 std::vector<DimSlice> slice = {}, ParamKind kind = ParamKind::dense) {
+    ParamSpec spec{std::move(name), std::move(shape), kind, init, decay};
+    // Tensor-split: a dimension other than the expert one is cut by t.
+    for (std::size_t d = 0; d < slice.size(); ++d)
+      if (!slice[d].empty() && !(kind == ParamKind::expert && d == 0) && T_ > 1)
+        spec.tensor_replicated = false;
+    spec.slice = std::move(slice);
+    return params_.add(std::move(spec));
   };
+  const auto X = ParamKind::expert;
   tok_emb_ = add("tok_emb", {config_.vocab, h}, ParamInit::normal, false);
   pos_emb_ = add("pos_emb", {config_.seq_len, h}, ParamInit::normal, false);
   for (int l = 0; l < config_.layers; ++l) {
@@ -26,23 +56,23 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device)
     BlockIds ids{};
     ids.ln1_g = add(p + "ln1.g", {h}, ParamInit::ones, false);
     ids.ln1_b = add(p + "ln1.b", {h}, ParamInit::zeros, false);
-    ids.qkv_w = add(p + "attn.qkv.w", {h, 3 * h}, ParamInit::normal, true);
-    ids.qkv_b = add(p + "attn.qkv.b", {3 * h}, ParamInit::zeros, false);
-    ids.proj_w = add(p + "attn.proj.w", {h, h}, ParamInit::normal, true);
+    ids.qkv_w = add(p + "attn.qkv.w", {h, 3 * h}, ParamInit::normal, true, {all, qkv_cols});
+    ids.qkv_b = add(p + "attn.qkv.b", {3 * h}, ParamInit::zeros, false, {qkv_cols});
+    ids.proj_w = add(p + "attn.proj.w", {h, h}, ParamInit::normal, true, {part(h)});
     ids.proj_b = add(p + "attn.proj.b", {h}, ParamInit::zeros, false);
     ids.ln2_g = add(p + "ln2.g", {h}, ParamInit::ones, false);
     ids.ln2_b = add(p + "ln2.b", {h}, ParamInit::zeros, false);
     ids.moe = config_.is_moe(l);
     if (ids.moe) {
       ids.gate_w = add(p + "moe.gate.w", {h, E}, ParamInit::normal, true);
-      ids.e_w1 = add(p + "moe.w1", {E, h, f}, ParamInit::normal, true, ParamKind::expert);
-      ids.e_b1 = add(p + "moe.b1", {E, f}, ParamInit::zeros, false, ParamKind::expert);
-      ids.e_w2 = add(p + "moe.w2", {E, f, h}, ParamInit::normal, true, ParamKind::expert);
-      ids.e_b2 = add(p + "moe.b2", {E, h}, ParamInit::zeros, false, ParamKind::expert);
+      ids.e_w1 = add(p + "moe.w1", {E, h, f}, ParamInit::normal, true, {experts, all, part(f)}, X);
+      ids.e_b1 = add(p + "moe.b1", {E, f}, ParamInit::zeros, false, {experts, part(f)}, X);
+      ids.e_w2 = add(p + "moe.w2", {E, f, h}, ParamInit::normal, true, {experts, part(f)}, X);
+      ids.e_b2 = add(p + "moe.b2", {E, h}, ParamInit::zeros, false, {experts}, X);
     } else {
-      ids.fc1_w = add(p + "ffn.fc1.w", {h, f}, ParamInit::normal, true);
-      ids.fc1_b = add(p + "ffn.fc1.b", {f}, ParamInit::zeros, false);
-      ids.fc2_w = add(p + "ffn.fc2.w", {f, h}, ParamInit::normal, true);
+      ids.fc1_w = add(p + "ffn.fc1.w", {h, f}, ParamInit::normal, true, {all, part(f)});
+      ids.fc1_b = add(p + "ffn.fc1.b", {f}, ParamInit::zeros, false, {part(f)});
+      ids.fc2_w = add(p + "ffn.fc2.w", {f, h}, ParamInit::normal, true, {part(f)});
       ids.fc2_b = add(p + "ffn.fc2.b", {h}, ParamInit::zeros, false);
     }
     blocks_.push_back(ids);
@@ -50,7 +80,8 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device)
   lnf_g_ = add("lnf.g", {h}, ParamInit::ones, false);
   lnf_b_ = add("lnf.b", {h}, ParamInit::zeros, false);
   lm_head_ = add("lm_head.w", {h, config_.vocab}, ParamInit::normal, true);
-  params_.allocate(device_, config_.seed, config_.init_std);
+  params_.allocate(device_, config_.seed, config_.init_std, parallel_.dense_pad,
+                   parallel_.expert_pad);
 }
 
 template <typename T>
@@ -60,110 +91,157 @@ MoeParams<T> GptModel<T>::moe_params(const BlockIds& ids) const {
 }
 
 template <typename T>
-void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a) {
+MoeExchange GptModel<T>::moe_exchange(bool recompute) const {
+  MoeExchange x;
+  x.expert = Ep_ > 1 ? parallel_.expert : nullptr;
+  x.tensor = T_ > 1 ? parallel_.tensor : nullptr;
+  x.dtd = parallel_.dtd;
+  x.reduce_scatter = parallel_.reduce_scatter;
+  x.keep_stash = parallel_.cac && !recompute;
+  x.reuse_stash = parallel_.cac && recompute;
+  return x;
+}
+
+template <typename T>
+void GptModel<T>::tensor_all_reduce(T* data, std::size_t count) {
+  if (T_ > 1) parallel_.tensor->all_reduce(data, data, count, dtype_of<T>::value);
+}
+
+namespace {
+template <typename T>
+void add_bias_rows(T* y, const T* bias, int rows, int width) {
+  for (int i = 0; i < rows; ++i) {
+    T* row = y + static_cast<std::size_t>(i) * width;
+    for (int j = 0; j < width; ++j) row[j] += bias[j];
+  }
+}
+}  // namespace
+
+// Megatron tensor parallelism: qkv and fc1 column-parallel (this rank's heads, its f/T), proj
+// and fc2 row-parallel; their partial outputs are all-reduced in the tensor group before the
+// (replicated) bias is added.
+template <typename T>
+void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, bool recompute) {
   const BlockIds& ids = blocks_[layer];
-  const int N = tokens_, h = config_.hidden, f = config_.ffn(), S = config_.seq_len;
-  const int B = batch_.sequences, H = config_.heads;
+  const int N = tokens_, h = config_.hidden, S = config_.seq_len, B = batch_.sequences;
+  const int hl = h / T_, Hl = config_.heads / T_, fl = config_.ffn() / T_;
+  const std::size_t Nh = static_cast<std::size_t>(N) * h;
   auto& P = params_;
-  a.ln1 = Tensor<T>(device_, N * static_cast<std::size_t>(h));
+  a.ln1 = Tensor<T>(device_, Nh);
   a.ln1_mean = Tensor<T>(device_, N);
   a.ln1_rstd = Tensor<T>(device_, N);
   cpu::layernorm_forward<T>(x, P.value(ids.ln1_g), P.value(ids.ln1_b), a.ln1.data(),
                             a.ln1_mean.data(), a.ln1_rstd.data(), N, h);
-  a.qkv = Tensor<T>(device_, N * static_cast<std::size_t>(3 * h));
+  a.qkv = Tensor<T>(device_, static_cast<std::size_t>(N) * 3 * hl);
   cpu::linear_forward<T>(a.ln1.data(), P.value(ids.qkv_w), P.value(ids.qkv_b), a.qkv.data(), N, h,
-                         3 * h);
-  a.probs = Tensor<T>(device_, static_cast<std::size_t>(B) * H * S * S);
-  a.att = Tensor<T>(device_, N * static_cast<std::size_t>(h));
-  cpu::attention_forward<T>(a.qkv.data(), a.att.data(), a.probs.data(), B, S, H, h);
-  a.mid = Tensor<T>(device_, N * static_cast<std::size_t>(h));
-  cpu::linear_forward<T>(a.att.data(), P.value(ids.proj_w), P.value(ids.proj_b), a.mid.data(), N, h,
-                         h);
-  for (std::size_t i = 0; i < a.mid.size(); ++i) a.mid[i] += x[i];  // residual
-  a.ln2 = Tensor<T>(device_, N * static_cast<std::size_t>(h));
+                         3 * hl);
+  a.probs = Tensor<T>(device_, static_cast<std::size_t>(B) * Hl * S * S);
+  a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
+  cpu::attention_forward<T>(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl);
+  a.mid = Tensor<T>(device_, Nh);
+  cpu::linear_forward<T>(a.att.data(), P.value(ids.proj_w), nullptr, a.mid.data(), N, hl, h);
+  tensor_all_reduce(a.mid.data(), Nh);
+  add_bias_rows(a.mid.data(), P.value(ids.proj_b), N, h);
+  for (std::size_t i = 0; i < Nh; ++i) a.mid[i] += x[i];  // residual
+  a.ln2 = Tensor<T>(device_, Nh);
   a.ln2_mean = Tensor<T>(device_, N);
   a.ln2_rstd = Tensor<T>(device_, N);
   cpu::layernorm_forward<T>(a.mid.data(), P.value(ids.ln2_g), P.value(ids.ln2_b), a.ln2.data(),
                             a.ln2_mean.data(), a.ln2_rstd.data(), N, h);
-  double flops = 2.0 * N * h * 3 * h + 2.0 * N * h * h + 4.0 * B * H * S * S * (h / H);
+  double flops = 2.0 * N * h * 3 * hl + 2.0 * N * hl * h + 4.0 * B * Hl * S * S * (hl / Hl);
   if (ids.moe) {
     const int groups = B / group_sequences_, group_tokens = group_sequences_ * S;
+    const MoeShape shape{group_tokens, h, fl, config_.gate.experts};
+    const MoeExchange exchange = moe_exchange(recompute);
     a.moe.resize(groups);
     a.aux = 0;
     for (int g = 0; g < groups; ++g) {
       RoutingKey key{config_.seed, batch_.step, layer,
                      (batch_.first_sample + static_cast<std::int64_t>(g) * group_sequences_) * S};
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
-      a.aux += moe_forward<T>(device_, a.ln2.data() + offset, out + offset, group_tokens, h, f,
-                              config_.gate, key, moe_params(ids), a.moe[g]);
-      flops +=
-          moe_forward_flops(group_tokens, h, f, config_.gate.experts, a.moe[g].routing.capacity);
+      a.aux += moe_forward<T>(device_, a.ln2.data() + offset, out + offset, shape, config_.gate,
+                              key, moe_params(ids), exchange, a.moe[g]);
+      flops += moe_forward_flops(shape, config_.gate.experts * a.moe[g].padded_capacity);
     }
     a.aux /= groups;
   } else {
-    a.fc1 = Tensor<T>(device_, N * static_cast<std::size_t>(f));
-    a.act = Tensor<T>(device_, N * static_cast<std::size_t>(f));
+    a.fc1 = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
+    a.act = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
     cpu::linear_forward<T>(a.ln2.data(), P.value(ids.fc1_w), P.value(ids.fc1_b), a.fc1.data(), N, h,
-                           f);
-    cpu::gelu_forward<T>(a.fc1.data(), a.act.data(), static_cast<std::int64_t>(N) * f);
-    cpu::linear_forward<T>(a.act.data(), P.value(ids.fc2_w), P.value(ids.fc2_b), out, N, f, h);
-    flops += 4.0 * N * h * f;
+                           fl);
+    cpu::gelu_forward<T>(a.fc1.data(), a.act.data(), static_cast<std::int64_t>(N) * fl);
+    cpu::linear_forward<T>(a.act.data(), P.value(ids.fc2_w), nullptr, out, N, fl, h);
+    tensor_all_reduce(out, Nh);
+    add_bias_rows(out, P.value(ids.fc2_b), N, h);
+    flops += 4.0 * N * h * fl;
   }
-  for (std::size_t i = 0; i < a.mid.size(); ++i) out[i] += a.mid[i];  // residual
+  for (std::size_t i = 0; i < Nh; ++i) out[i] += a.mid[i];  // residual
   last_forward_flops_ += flops;
 }
 
+// Checkpointing drops a block's internals after its forward. What stays: the input (the
+// checkpoint) and, under CAC, the all-to-all outputs the recompute will reuse.
 template <typename T>
 void GptModel<T>::release_internals(BlockActs& a) {
-  Tensor<T> input = std::move(a.input);
-  T aux = a.aux;
-  a = BlockActs{};
-  a.input = std::move(input);
-  a.aux = aux;
+  BlockActs kept;
+  kept.input = std::move(a.input);
+  kept.aux = a.aux;
+  if (parallel_.cac) {
+    kept.moe.resize(a.moe.size());
+    for (std::size_t g = 0; g < a.moe.size(); ++g) {
+      kept.moe[g].dispatch_stash = std::move(a.moe[g].dispatch_stash);
+      kept.moe[g].return_stash = std::move(a.moe[g].return_stash);
+    }
+  }
+  a = std::move(kept);
 }
 
 template <typename T>
 void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& a) {
   const BlockIds& ids = blocks_[layer];
-  const int N = tokens_, h = config_.hidden, f = config_.ffn(), S = config_.seq_len;
-  const int B = batch_.sequences, H = config_.heads;
+  const int N = tokens_, h = config_.hidden, S = config_.seq_len, B = batch_.sequences;
+  const int hl = h / T_, Hl = config_.heads / T_, fl = config_.ffn() / T_;
   const std::size_t Nh = static_cast<std::size_t>(N) * h;
   auto& P = params_;
   const T* x = a.input.data();
 
   Tensor<T> d_ln2 = zeros<T>(device_, Nh);
-  if (ids.moe) {
+  if (ids.moe) {  // its input gradient comes out whole: the layer reduces it internally
     const int groups = static_cast<int>(a.moe.size()), group_tokens = group_sequences_ * S;
+    const MoeShape shape{group_tokens, h, fl, config_.gate.experts};
     MoeGrads<T> grads{P.grad(ids.gate_w), P.grad(ids.e_w1), P.grad(ids.e_b1), P.grad(ids.e_w2),
                       P.grad(ids.e_b2)};
     T aux_scale = loss_scale_ * T(config_.gate.aux_coeff) / T(groups);
     for (int g = 0; g < groups; ++g) {
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
-      moe_backward<T>(device_, a.ln2.data() + offset, d_out + offset, d_ln2.data() + offset,
-                      group_tokens, h, f, moe_params(ids), a.moe[g], aux_scale, grads);
+      moe_backward<T>(device_, a.ln2.data() + offset, d_out + offset, d_ln2.data() + offset, shape,
+                      moe_params(ids), moe_exchange(false), a.moe[g], aux_scale, grads);
     }
   } else {
-    Tensor<T> d_act = zeros<T>(device_, static_cast<std::size_t>(N) * f);
+    Tensor<T> d_act = zeros<T>(device_, static_cast<std::size_t>(N) * fl);
     cpu::linear_backward<T>(a.act.data(), P.value(ids.fc2_w), d_out, d_act.data(),
-                            P.grad(ids.fc2_w), P.grad(ids.fc2_b), N, f, h);
+                            P.grad(ids.fc2_w), P.grad(ids.fc2_b), N, fl, h);
     cpu::gelu_backward<T>(a.fc1.data(), d_act.data(), d_act.data(),
-                          static_cast<std::int64_t>(N) * f);
+                          static_cast<std::int64_t>(N) * fl);
     cpu::linear_backward<T>(a.ln2.data(), P.value(ids.fc1_w), d_act.data(), d_ln2.data(),
-                            P.grad(ids.fc1_w), P.grad(ids.fc1_b), N, h, f);
+                            P.grad(ids.fc1_w), P.grad(ids.fc1_b), N, h, fl);
+    tensor_all_reduce(d_ln2.data(), Nh);  // column-parallel input gradient
   }
   Tensor<T> d_mid(device_, Nh);
   std::copy(d_out, d_out + Nh, d_mid.data());  // residual
   cpu::layernorm_backward<T>(a.mid.data(), P.value(ids.ln2_g), a.ln2_mean.data(), a.ln2_rstd.data(),
                              d_ln2.data(), d_mid.data(), P.grad(ids.ln2_g), P.grad(ids.ln2_b), N,
                              h);
-  Tensor<T> d_att = zeros<T>(device_, Nh);
+  Tensor<T> d_att = zeros<T>(device_, static_cast<std::size_t>(N) * hl);
   cpu::linear_backward<T>(a.att.data(), P.value(ids.proj_w), d_mid.data(), d_att.data(),
-                          P.grad(ids.proj_w), P.grad(ids.proj_b), N, h, h);
-  Tensor<T> d_qkv(device_, 3 * Nh);
-  cpu::attention_backward<T>(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, H, h);
+                          P.grad(ids.proj_w), P.grad(ids.proj_b), N, hl, h);
+  Tensor<T> d_qkv(device_, static_cast<std::size_t>(N) * 3 * hl);
+  cpu::attention_backward<T>(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, Hl,
+                             hl);
   Tensor<T> d_ln1 = zeros<T>(device_, Nh);
   cpu::linear_backward<T>(a.ln1.data(), P.value(ids.qkv_w), d_qkv.data(), d_ln1.data(),
-                          P.grad(ids.qkv_w), P.grad(ids.qkv_b), N, h, 3 * h);
+                          P.grad(ids.qkv_w), P.grad(ids.qkv_b), N, h, 3 * hl);
+  tensor_all_reduce(d_ln1.data(), Nh);               // column-parallel input gradient
   std::copy(d_mid.data(), d_mid.data() + Nh, d_in);  // residual
   cpu::layernorm_backward<T>(x, P.value(ids.ln1_g), a.ln1_mean.data(), a.ln1_rstd.data(),
                              d_ln1.data(), d_in, P.grad(ids.ln1_g), P.grad(ids.ln1_b), N, h);
@@ -195,7 +273,7 @@ Losses<T> GptModel<T>::forward(const Batch& batch) {
   for (int l = 0; l < config_.layers; ++l) {
     Tensor<T>& next = l + 1 < config_.layers ? acts_[l + 1].input : final_input_;
     next = Tensor<T>(device_, Nh);
-    block_forward(l, acts_[l].input.data(), next.data(), acts_[l]);
+    block_forward(l, acts_[l].input.data(), next.data(), acts_[l], false);
     if (blocks_[l].moe) {
       losses.aux += acts_[l].aux;
       for (const auto& group : acts_[l].moe) losses.dropped += group.routing.dropped();
@@ -235,11 +313,11 @@ void GptModel<T>::backward(T loss_scale) {
     if (config_.checkpoint) {  // recompute the block's internals from its input
       Tensor<T> scratch(device_, Nh);
       double flops = last_forward_flops_;
-      block_forward(l, acts_[l].input.data(), scratch.data(), acts_[l]);
+      block_forward(l, acts_[l].input.data(), scratch.data(), acts_[l], true);
       last_forward_flops_ = flops;
     }
     block_backward(l, d_x.data(), d_prev.data(), acts_[l]);
-    release_internals(acts_[l]);
+    acts_[l] = BlockActs{};
     std::swap(d_x, d_prev);
   }
   cpu::embedding_backward<T>(batch_.tokens, d_x.data(), params_.grad(tok_emb_),

@@ -36,10 +36,23 @@ struct Losses {
   int dropped = 0;  // choices dropped by capacity, all MoE layers
 };
 
+// How a model is split over a TED grid (TED.md section 3). Default: one process, the reference.
+struct ModelParallel {
+  Communicator* tensor = nullptr;  // Megatron tensor parallelism (size T); null: T = 1
+  Communicator* expert = nullptr;  // expert parallelism, the all-to-alls (size Ep); null: Ep = 1
+  bool dtd = false;                // Duplicate Token Dropping
+  bool reduce_scatter = false;     // reduce-scatter instead of all-reduce + slice (needs dtd)
+  bool cac = false;                // communication-aware checkpointing (needs checkpointing)
+  std::size_t dense_pad = 1;       // flat-buffer padding: the data groups' sizes (ZeRO-1)
+  std::size_t expert_pad = 1;
+};
+
 template <typename T>
 class GptModel {
  public:
-  GptModel(const ModelConfig& config, Device& device);
+  // Throws ConfigError when the model does not split over the groups (experts not divisible by
+  // Ep, heads or FFN width not divisible by T) or the switches contradict each other.
+  GptModel(const ModelConfig& config, Device& device, const ModelParallel& parallel = {});
 
   const ModelConfig& config() const { return config_; }
   ParamSet<T>& params() { return params_; }
@@ -68,13 +81,17 @@ class GptModel {
     T aux = 0;
   };
 
-  void block_forward(int layer, const T* x, T* out, BlockActs& acts);
+  void block_forward(int layer, const T* x, T* out, BlockActs& acts, bool recompute);
   void block_backward(int layer, const T* d_out, T* d_in, BlockActs& acts);
   void release_internals(BlockActs& acts);
   MoeParams<T> moe_params(const BlockIds& ids) const;
+  MoeExchange moe_exchange(bool recompute) const;
+  void tensor_all_reduce(T* data, std::size_t count);
 
   ModelConfig config_;
   Device& device_;
+  ModelParallel parallel_;
+  int T_ = 1, t_ = 0, Ep_ = 1, e_ = 0;
   ParamSet<T> params_;
   int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_;
   std::vector<BlockIds> blocks_;

@@ -1,57 +1,240 @@
 #include "ted/model/moe.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
+#include "ted/core/error.hpp"
 #include "ted/kernels/cpu/layers.hpp"
 
 namespace ted::model {
 
 namespace cpu = ted::kernels::cpu;
 
-template <typename T>
-T moe_forward(Device& device, const T* x, T* y, int tokens, int h, int f, const GateConfig& config,
-              const RoutingKey& key, const MoeParams<T>& params, MoeActivations<T>& acts) {
-  const int E = config.experts;
-  std::vector<T> logits(static_cast<std::size_t>(tokens) * E);
-  cpu::linear_forward<T>(x, params.gate, nullptr, logits.data(), tokens, h, E);
-  acts.routing = route(logits.data(), tokens, config, key);
-  const Routing<T>& r = acts.routing;
-  const int C = r.capacity, K = r.top_k;
-  const std::size_t slots = static_cast<std::size_t>(E) * C;
+namespace {
 
-  acts.dispatched = zeros<T>(device, slots * h);
-  for (int s = 0; s < tokens; ++s)
-    for (int k = 0; k < K; ++k) {
+int size_of(const Communicator* comm) {
+  return comm ? comm->size() : 1;
+}
+int rank_of(const Communicator* comm) {
+  return comm ? comm->rank() : 0;
+}
+
+// Geometry of one layer's exchange.
+struct Plan {
+  int E, El, Ep, T, t, h, f, C, Cp, Cs;
+  bool slicing;  // DTD on a real tensor group: the all-to-alls carry capacity slice t only
+  bool reduce_scatter;
+  std::size_t blocks() const { return static_cast<std::size_t>(Ep) * El; }  // = E
+  int sent_capacity() const { return slicing ? Cs : Cp; }
+};
+
+Plan make_plan(const MoeShape& shape, const MoeExchange& x, int capacity) {
+  Plan p{};
+  p.E = shape.experts;
+  p.Ep = size_of(x.expert);
+  p.El = p.E / p.Ep;
+  p.T = size_of(x.tensor);
+  p.t = rank_of(x.tensor);
+  p.h = shape.hidden;
+  p.f = shape.ffn_local;
+  p.C = capacity;
+  p.slicing = x.dtd && p.T > 1;
+  p.reduce_scatter = p.slicing && x.reduce_scatter;
+  p.Cp = p.slicing ? (capacity + p.T - 1) / p.T * p.T : capacity;
+  p.Cs = p.slicing ? p.Cp / p.T : p.Cp;
+  return p;
+}
+
+template <typename T>
+constexpr DataType dtype() {
+  return dtype_of<T>::value;
+}
+
+// [blocks, Cp, h] -> [blocks, Cs, h]: capacity rows t*Cs .. t*Cs + Cs of every block.
+template <typename T>
+void take_slice(const T* full, T* slice, const Plan& p, std::size_t blocks) {
+  const std::size_t row = static_cast<std::size_t>(p.h);
+  for (std::size_t b = 0; b < blocks; ++b)
+    std::memcpy(slice + b * p.Cs * row,
+                full + (b * p.Cp + static_cast<std::size_t>(p.t) * p.Cs) * row,
+                static_cast<std::size_t>(p.Cs) * row * sizeof(T));
+}
+
+// [T, blocks, Cs, h] (tensor-rank major, as all-gather and reduce-scatter lay it out)
+// <-> [blocks, Cp, h] (capacity slice tt at rows tt*Cs).
+template <typename T>
+void rank_major_to_full(const T* ranks, T* full, const Plan& p, std::size_t blocks) {
+  const std::size_t row = static_cast<std::size_t>(p.h), chunk = p.Cs * row;
+  for (int tt = 0; tt < p.T; ++tt)
+    for (std::size_t b = 0; b < blocks; ++b)
+      std::memcpy(full + (b * p.Cp + static_cast<std::size_t>(tt) * p.Cs) * row,
+                  ranks + (static_cast<std::size_t>(tt) * blocks + b) * chunk, chunk * sizeof(T));
+}
+
+template <typename T>
+void full_to_rank_major(const T* full, T* ranks, const Plan& p, std::size_t blocks) {
+  const std::size_t row = static_cast<std::size_t>(p.h), chunk = p.Cs * row;
+  for (int tt = 0; tt < p.T; ++tt)
+    for (std::size_t b = 0; b < blocks; ++b)
+      std::memcpy(ranks + (static_cast<std::size_t>(tt) * blocks + b) * chunk,
+                  full + (b * p.Cp + static_cast<std::size_t>(tt) * p.Cs) * row, chunk * sizeof(T));
+}
+
+// All-to-all in the expert group of `count` elements per peer (a copy on one process).
+template <typename T>
+void exchange(Communicator* expert, const T* send, T* recv, std::size_t count, int peers) {
+  if (expert)
+    expert->all_to_all(send, recv, count, dtype<T>());
+  else
+    std::memcpy(recv, send, count * static_cast<std::size_t>(peers) * sizeof(T));
+}
+
+// All-gather of capacity slices in the tensor group: [blocks, Cs, h] -> [blocks, Cp, h].
+template <typename T>
+void gather_slices(Device& device, Communicator* tensor, const T* slice, T* full, const Plan& p,
+                   std::size_t blocks) {
+  std::size_t count = blocks * p.Cs * p.h;
+  Tensor<T> ranks(device, count * static_cast<std::size_t>(p.T));
+  tensor->all_gather(slice, ranks.data(), count, dtype<T>());
+  rank_major_to_full(ranks.data(), full, p, blocks);
+}
+
+// Reduce-scatter of [blocks, Cp, h] partial sums in the tensor group -> my [blocks, Cs, h].
+template <typename T>
+void reduce_scatter_slices(Device& device, Communicator* tensor, const T* full, T* slice,
+                           const Plan& p, std::size_t blocks) {
+  std::size_t count = blocks * p.Cs * p.h;
+  Tensor<T> ranks(device, count * static_cast<std::size_t>(p.T));
+  full_to_rank_major(full, ranks.data(), p, blocks);
+  tensor->reduce_scatter(ranks.data(), slice, count, dtype<T>());
+}
+
+template <typename T>
+void tensor_all_reduce(Communicator* tensor, T* data, std::size_t count) {
+  if (tensor && tensor->size() > 1) tensor->all_reduce(data, data, count, dtype<T>());
+}
+
+// out rows of block b (local expert b mod El) += b2[expert].
+template <typename T>
+void add_expert_bias(T* out, const T* b2, const Plan& p, std::size_t blocks, int rows) {
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const T* bias = b2 + (b % static_cast<std::size_t>(p.El)) * p.h;
+    for (int r = 0; r < rows; ++r) {
+      T* row = out + (b * rows + static_cast<std::size_t>(r)) * p.h;
+      for (int j = 0; j < p.h; ++j) row[j] += bias[j];
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const GateConfig& config,
+              const RoutingKey& key, const MoeParams<T>& params, const MoeExchange& exchange_cfg,
+              MoeActivations<T>& acts) {
+  const int S = shape.tokens, E = shape.experts, h = shape.hidden;
+  std::vector<T> logits(static_cast<std::size_t>(S) * E);
+  cpu::linear_forward<T>(x, params.gate, nullptr, logits.data(), S, h, E);
+  acts.routing = route(logits.data(), S, config, key);
+  const Routing<T>& r = acts.routing;
+  const Plan p = make_plan(shape, exchange_cfg, r.capacity);
+  acts.padded_capacity = p.Cp;
+  const std::size_t blocks = p.blocks(), K = static_cast<std::size_t>(r.top_k);
+  const std::size_t full = blocks * p.Cp * h, sent = blocks * p.sent_capacity() * h;
+
+  acts.dispatched = zeros<T>(device, full);
+  for (int s = 0; s < S; ++s)
+    for (std::size_t k = 0; k < K; ++k) {
       auto index = static_cast<std::size_t>(s) * K + k;
       if (r.slot[index] < 0) continue;
-      std::size_t row = static_cast<std::size_t>(r.expert[index]) * C + r.slot[index];
+      std::size_t row = static_cast<std::size_t>(r.expert[index]) * p.Cp + r.slot[index];
       std::copy(x + static_cast<std::size_t>(s) * h, x + static_cast<std::size_t>(s + 1) * h,
                 acts.dispatched.data() + row * h);
     }
 
-  acts.hidden = Tensor<T>(device, slots * f);
-  acts.activated = Tensor<T>(device, slots * f);
-  acts.expert_out = Tensor<T>(device, slots * h);
-  for (int e = 0; e < E; ++e) {
-    std::size_t first = static_cast<std::size_t>(e) * C;
-    cpu::linear_forward<T>(
-        acts.dispatched.data() + first * h, params.w1 + static_cast<std::size_t>(e) * h * f,
-        params.b1 + static_cast<std::size_t>(e) * f, acts.hidden.data() + first * f, C, h, f);
-    cpu::gelu_forward<T>(acts.hidden.data() + first * f, acts.activated.data() + first * f,
-                         static_cast<std::int64_t>(C) * f);
-    cpu::linear_forward<T>(
-        acts.activated.data() + first * f, params.w2 + static_cast<std::size_t>(e) * f * h,
-        params.b2 + static_cast<std::size_t>(e) * h, acts.expert_out.data() + first * h, C, f, h);
+  // Dispatch exchange: [E, Cp, h] -> this rank's experts' [Ep, El, Cp, h].
+  Tensor<T> send;
+  const T* to_send = acts.dispatched.data();
+  if (p.slicing) {
+    send = Tensor<T>(device, sent);
+    take_slice(acts.dispatched.data(), send.data(), p, blocks);
+    to_send = send.data();
+  }
+  Tensor<T> received;
+  if (exchange_cfg.reuse_stash) {
+    TED_CHECK(acts.dispatch_stash.size() == sent, "CAC recompute without a dispatch stash");
+  } else {
+    received = Tensor<T>(device, sent);
+    exchange(exchange_cfg.expert, to_send, received.data(), sent / p.Ep, p.Ep);
+    if (exchange_cfg.keep_stash) acts.dispatch_stash = std::move(received);
+  }
+  const T* arrived = exchange_cfg.reuse_stash || exchange_cfg.keep_stash
+                         ? acts.dispatch_stash.data()
+                         : received.data();
+  acts.expert_in = Tensor<T>(device, full);
+  if (p.slicing)
+    gather_slices(device, exchange_cfg.tensor, arrived, acts.expert_in.data(), p, blocks);
+  else
+    std::memcpy(acts.expert_in.data(), arrived, full * sizeof(T));
+
+  // Experts: W1 column-parallel, GeLU, W2 row-parallel (partial sums over the tensor group).
+  const std::size_t hidden_size = blocks * p.Cp * p.f;
+  acts.hidden = Tensor<T>(device, hidden_size);
+  acts.activated = Tensor<T>(device, hidden_size);
+  Tensor<T> partial(device, full);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    std::size_t le = b % static_cast<std::size_t>(p.El);
+    cpu::linear_forward<T>(acts.expert_in.data() + b * p.Cp * h, params.w1 + le * h * p.f,
+                           params.b1 + le * p.f, acts.hidden.data() + b * p.Cp * p.f, p.Cp, h, p.f);
+    cpu::gelu_forward<T>(acts.hidden.data() + b * p.Cp * p.f,
+                         acts.activated.data() + b * p.Cp * p.f,
+                         static_cast<std::int64_t>(p.Cp) * p.f);
+    cpu::linear_forward<T>(acts.activated.data() + b * p.Cp * p.f, params.w2 + le * p.f * h,
+                           nullptr, partial.data() + b * p.Cp * h, p.Cp, p.f, h);
   }
 
-  std::fill(y, y + static_cast<std::size_t>(tokens) * h, T(0));
-  for (int s = 0; s < tokens; ++s)
-    for (int k = 0; k < K; ++k) {
+  // Reduce over the tensor group and send back: [Ep, El, Cx, h] -> [E, Cx, h].
+  Tensor<T> back;
+  const T* to_return = partial.data();
+  if (p.reduce_scatter) {
+    back = Tensor<T>(device, sent);
+    reduce_scatter_slices(device, exchange_cfg.tensor, partial.data(), back.data(), p, blocks);
+    add_expert_bias(back.data(), params.b2, p, blocks, p.Cs);
+    to_return = back.data();
+  } else {
+    tensor_all_reduce(exchange_cfg.tensor, partial.data(), full);
+    add_expert_bias(partial.data(), params.b2, p, blocks, p.Cp);
+    if (p.slicing) {
+      back = Tensor<T>(device, sent);
+      take_slice(partial.data(), back.data(), p, blocks);
+      to_return = back.data();
+    }
+  }
+  Tensor<T> returned_slices;
+  if (exchange_cfg.reuse_stash) {
+    TED_CHECK(acts.return_stash.size() == sent, "CAC recompute without a return stash");
+  } else {
+    returned_slices = Tensor<T>(device, sent);
+    exchange(exchange_cfg.expert, to_return, returned_slices.data(), sent / p.Ep, p.Ep);
+    if (exchange_cfg.keep_stash) acts.return_stash = std::move(returned_slices);
+  }
+  const T* came_back = exchange_cfg.reuse_stash || exchange_cfg.keep_stash
+                           ? acts.return_stash.data()
+                           : returned_slices.data();
+  acts.returned = Tensor<T>(device, full);
+  if (p.slicing)
+    gather_slices(device, exchange_cfg.tensor, came_back, acts.returned.data(), p, blocks);
+  else
+    std::memcpy(acts.returned.data(), came_back, full * sizeof(T));
+
+  std::fill(y, y + static_cast<std::size_t>(S) * h, T(0));
+  for (int s = 0; s < S; ++s)
+    for (std::size_t k = 0; k < K; ++k) {
       auto index = static_cast<std::size_t>(s) * K + k;
       if (r.slot[index] < 0) continue;
-      const T* out = acts.expert_out.data() +
-                     (static_cast<std::size_t>(r.expert[index]) * C + r.slot[index]) * h;
+      const T* out = acts.returned.data() +
+                     (static_cast<std::size_t>(r.expert[index]) * p.Cp + r.slot[index]) * h;
       T w = r.weight[index];
       T* row = y + static_cast<std::size_t>(s) * h;
       for (int j = 0; j < h; ++j) row[j] += w * out[j];
@@ -60,24 +243,26 @@ T moe_forward(Device& device, const T* x, T* y, int tokens, int h, int f, const 
 }
 
 template <typename T>
-void moe_backward(Device& device, const T* x, const T* dy, T* dx, int tokens, int h, int f,
-                  const MoeParams<T>& params, const MoeActivations<T>& acts, T aux_scale,
-                  const MoeGrads<T>& grads) {
+void moe_backward(Device& device, const T* x, const T* dy, T* dx, const MoeShape& shape,
+                  const MoeParams<T>& params, const MoeExchange& exchange_cfg,
+                  const MoeActivations<T>& acts, T aux_scale, const MoeGrads<T>& grads) {
   const Routing<T>& r = acts.routing;
-  const int E = r.experts, C = r.capacity, K = r.top_k;
-  const std::size_t slots = static_cast<std::size_t>(E) * C;
+  const int S = shape.tokens, E = shape.experts, h = shape.hidden;
+  const Plan p = make_plan(shape, exchange_cfg, r.capacity);
+  const std::size_t blocks = p.blocks(), K = static_cast<std::size_t>(r.top_k);
+  const std::size_t full = blocks * p.Cp * h, sent = blocks * p.sent_capacity() * h;
 
   // Combine backward: gradient of each used slot, and of each combine weight.
-  Tensor<T> d_out = zeros<T>(device, slots * h);
-  std::vector<T> d_weight(static_cast<std::size_t>(tokens) * K, T(0));
-  for (int s = 0; s < tokens; ++s)
-    for (int k = 0; k < K; ++k) {
+  Tensor<T> d_returned = zeros<T>(device, full);
+  std::vector<T> d_weight(static_cast<std::size_t>(S) * K, T(0));
+  for (int s = 0; s < S; ++s)
+    for (std::size_t k = 0; k < K; ++k) {
       auto index = static_cast<std::size_t>(s) * K + k;
       if (r.slot[index] < 0) continue;
-      std::size_t row = static_cast<std::size_t>(r.expert[index]) * C + r.slot[index];
+      std::size_t row = static_cast<std::size_t>(r.expert[index]) * p.Cp + r.slot[index];
       const T* g = dy + static_cast<std::size_t>(s) * h;
-      const T* out = acts.expert_out.data() + row * h;
-      T* d = d_out.data() + row * h;
+      const T* out = acts.returned.data() + row * h;
+      T* d = d_returned.data() + row * h;
       T w = r.weight[index], dot = 0;
       for (int j = 0; j < h; ++j) {
         d[j] = w * g[j];
@@ -86,58 +271,84 @@ void moe_backward(Device& device, const T* x, const T* dy, T* dx, int tokens, in
       d_weight[index] = dot;
     }
 
+  // Return exchange backward: my slice, all-to-all, then all-gather (the slice's gradient).
+  Tensor<T> d_slice(device, sent), d_back(device, sent);
+  if (p.slicing)
+    take_slice(d_returned.data(), d_slice.data(), p, blocks);
+  else
+    std::memcpy(d_slice.data(), d_returned.data(), full * sizeof(T));
+  exchange(exchange_cfg.expert, d_slice.data(), d_back.data(), sent / p.Ep, p.Ep);
+  Tensor<T> d_out(device, full);
+  if (p.slicing)
+    gather_slices(device, exchange_cfg.tensor, d_back.data(), d_out.data(), p, blocks);
+  else
+    std::memcpy(d_out.data(), d_back.data(), full * sizeof(T));
+
   // Experts backward.
-  Tensor<T> d_hidden = zeros<T>(device, slots * f), d_dispatched = zeros<T>(device, slots * h);
-  for (int e = 0; e < E; ++e) {
-    std::size_t first = static_cast<std::size_t>(e) * C;
-    cpu::linear_backward<T>(acts.activated.data() + first * f,
-                            params.w2 + static_cast<std::size_t>(e) * f * h,
-                            d_out.data() + first * h, d_hidden.data() + first * f,
-                            grads.w2 + static_cast<std::size_t>(e) * f * h,
-                            grads.b2 + static_cast<std::size_t>(e) * h, C, f, h);
-    cpu::gelu_backward<T>(acts.hidden.data() + first * f, d_hidden.data() + first * f,
-                          d_hidden.data() + first * f, static_cast<std::int64_t>(C) * f);
-    cpu::linear_backward<T>(acts.dispatched.data() + first * h,
-                            params.w1 + static_cast<std::size_t>(e) * h * f,
-                            d_hidden.data() + first * f, d_dispatched.data() + first * h,
-                            grads.w1 + static_cast<std::size_t>(e) * h * f,
-                            grads.b1 + static_cast<std::size_t>(e) * f, C, h, f);
+  Tensor<T> d_hidden(device, blocks * p.Cp * p.f), d_in = zeros<T>(device, full);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    std::size_t le = b % static_cast<std::size_t>(p.El);
+    T* dh = d_hidden.data() + b * p.Cp * p.f;
+    std::fill(dh, dh + static_cast<std::size_t>(p.Cp) * p.f, T(0));
+    cpu::linear_backward<T>(acts.activated.data() + b * p.Cp * p.f, params.w2 + le * p.f * h,
+                            d_out.data() + b * p.Cp * h, dh, grads.w2 + le * p.f * h,
+                            grads.b2 + le * h, p.Cp, p.f, h);
+    cpu::gelu_backward<T>(acts.hidden.data() + b * p.Cp * p.f, dh, dh,
+                          static_cast<std::int64_t>(p.Cp) * p.f);
+    cpu::linear_backward<T>(acts.expert_in.data() + b * p.Cp * h, params.w1 + le * h * p.f, dh,
+                            d_in.data() + b * p.Cp * h, grads.w1 + le * h * p.f,
+                            grads.b1 + le * p.f, p.Cp, h, p.f);
   }
 
+  // Dispatch exchange backward: sum the column-parallel input gradient over the tensor group,
+  // my slice, all-to-all back, all-gather.
+  if (p.reduce_scatter) {
+    reduce_scatter_slices(device, exchange_cfg.tensor, d_in.data(), d_slice.data(), p, blocks);
+  } else {
+    tensor_all_reduce(exchange_cfg.tensor, d_in.data(), full);
+    if (p.slicing)
+      take_slice(d_in.data(), d_slice.data(), p, blocks);
+    else
+      std::memcpy(d_slice.data(), d_in.data(), full * sizeof(T));
+  }
+  exchange(exchange_cfg.expert, d_slice.data(), d_back.data(), sent / p.Ep, p.Ep);
+  Tensor<T> d_dispatched(device, full);
+  if (p.slicing)
+    gather_slices(device, exchange_cfg.tensor, d_back.data(), d_dispatched.data(), p, blocks);
+  else
+    std::memcpy(d_dispatched.data(), d_back.data(), full * sizeof(T));
+
   // Dispatch backward: each kept choice returns its slot's gradient to its token.
-  for (int s = 0; s < tokens; ++s)
-    for (int k = 0; k < K; ++k) {
+  for (int s = 0; s < S; ++s)
+    for (std::size_t k = 0; k < K; ++k) {
       auto index = static_cast<std::size_t>(s) * K + k;
       if (r.slot[index] < 0) continue;
-      const T* d =
-          d_dispatched.data() + (static_cast<std::size_t>(r.expert[index]) * C + r.slot[index]) * h;
+      const T* d = d_dispatched.data() +
+                   (static_cast<std::size_t>(r.expert[index]) * p.Cp + r.slot[index]) * h;
       T* row = dx + static_cast<std::size_t>(s) * h;
       for (int j = 0; j < h; ++j) row[j] += d[j];
     }
 
   // Gate backward: through the combine weights and the aux loss into the logits, then Wg.
-  std::vector<T> d_logits(static_cast<std::size_t>(tokens) * E);
+  std::vector<T> d_logits(static_cast<std::size_t>(S) * E);
   route_backward(r, d_weight.data(), aux_scale, d_logits.data());
-  cpu::linear_backward<T>(x, params.gate, d_logits.data(), dx, grads.gate, nullptr, tokens, h, E);
+  cpu::linear_backward<T>(x, params.gate, d_logits.data(), dx, grads.gate, nullptr, S, h, E);
 }
 
-double moe_forward_flops(int tokens, int h, int f, int experts, int capacity) {
-  double gate = 2.0 * tokens * h * experts;
-  double ffn = 2.0 * 2.0 * static_cast<double>(experts) * capacity * h * f;
+double moe_forward_flops(const MoeShape& shape, int local_expert_rows) {
+  double gate = 2.0 * shape.tokens * shape.hidden * shape.experts;
+  double ffn = 2.0 * 2.0 * static_cast<double>(local_expert_rows) * shape.hidden * shape.ffn_local;
   return gate + ffn;
 }
 
-template float moe_forward<float>(Device&, const float*, float*, int, int, int, const GateConfig&,
-                                  const RoutingKey&, const MoeParams<float>&,
-                                  MoeActivations<float>&);
-template double moe_forward<double>(Device&, const double*, double*, int, int, int,
-                                    const GateConfig&, const RoutingKey&, const MoeParams<double>&,
-                                    MoeActivations<double>&);
-template void moe_backward<float>(Device&, const float*, const float*, float*, int, int, int,
-                                  const MoeParams<float>&, const MoeActivations<float>&, float,
-                                  const MoeGrads<float>&);
-template void moe_backward<double>(Device&, const double*, const double*, double*, int, int, int,
-                                   const MoeParams<double>&, const MoeActivations<double>&, double,
-                                   const MoeGrads<double>&);
+#define TED_INSTANTIATE_MOE(T)                                                                     \
+  template T moe_forward<T>(Device&, const T*, T*, const MoeShape&, const GateConfig&,             \
+                            const RoutingKey&, const MoeParams<T>&, const MoeExchange&,            \
+                            MoeActivations<T>&);                                                   \
+  template void moe_backward<T>(Device&, const T*, const T*, T*, const MoeShape&,                  \
+                                const MoeParams<T>&, const MoeExchange&, const MoeActivations<T>&, \
+                                T, const MoeGrads<T>&);
+TED_INSTANTIATE_MOE(float)
+TED_INSTANTIATE_MOE(double)
 
 }  // namespace ted::model

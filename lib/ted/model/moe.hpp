@@ -1,21 +1,35 @@
-// One MoE FFN layer on the tokens of one gating group (TED.md section 4, single process):
+// One MoE FFN layer on the tokens of one gating group (TED.md section 4):
 // gate logits x Wg -> routing -> dispatch buffer [E, C, h] (gathered by slot, empty slots 0)
-// -> per expert: GeLU(X W1 + b1) W2 + b2 -> combine y[s] = sum_k w_k * out[e_k, slot_k].
-// The dispatch buffer is the one TED's all-to-alls will move; its layout is kept for them.
+// -> exchange to the experts -> per expert: GeLU(X W1 + b1) W2 + b2 -> exchange back ->
+// combine y[s] = sum_k w_k * out[e_k, slot_k].
+//
+// Exchange (MoeExchange; every step is the identity on one process):
+//   all-to-all in the expert group: this rank's E/Ep experts receive [Ep sources, E/Ep, C, h];
+//   experts tensor-parallel over T: W1 column-parallel (f/T), W2 row-parallel, the partial
+//   outputs all-reduced in the tensor group;
+//   DTD: before each all-to-all rank t keeps capacity slice t (C padded to a multiple of T), and
+//   an all-gather in the tensor group rebuilds the full buffer after it;
+//   reduce_scatter (with DTD): the expert output's all-reduce-then-slice is one reduce-scatter;
+//   CAC: the forward keeps both all-to-all outputs (the stash) and the checkpoint recompute
+//   takes them from there instead of communicating again.
+// Backward mirrors it: an all-to-all's gradient is an all-to-all, an all-gather's is taking
+// one's slice, a slice's is an all-gather, and the column-parallel input gradient is
+// all-reduced (or reduce-scattered) in the tensor group.
 #pragma once
 
 #include "ted/backend/tensor.hpp"
+#include "ted/comm/communicator.hpp"
 #include "ted/model/gating.hpp"
 
 namespace ted::model {
 
 template <typename T>
-struct MoeParams {
-  const T* gate;  // [h, E]
-  const T* w1;    // [E, h, f]
-  const T* b1;    // [E, f]
-  const T* w2;    // [E, f, h]
-  const T* b2;    // [E, h]
+struct MoeParams {  // this rank's experts: E/Ep of them, each with f/T of the FFN width
+  const T* gate;    // [h, E] (all experts: the gate is computed redundantly)
+  const T* w1;      // [E/Ep, h, f/T]
+  const T* b1;      // [E/Ep, f/T]
+  const T* w2;      // [E/Ep, f/T, h]
+  const T* b2;      // [E/Ep, h]
 };
 
 template <typename T>
@@ -27,27 +41,48 @@ struct MoeGrads {
   T* b2;
 };
 
+struct MoeExchange {
+  Communicator* expert = nullptr;  // all-to-alls (size Ep); null: Ep = 1
+  Communicator* tensor = nullptr;  // expert tensor parallelism and DTD (size T); null: T = 1
+  bool dtd = false;
+  bool reduce_scatter = false;
+  bool keep_stash = false;   // CAC, first forward: keep the all-to-all outputs
+  bool reuse_stash = false;  // CAC, recompute: use them instead of communicating
+};
+
 template <typename T>
 struct MoeActivations {
   Routing<T> routing;
-  Tensor<T> dispatched;  // [E, C, h]
-  Tensor<T> hidden;      // [E, C, f] before GeLU
-  Tensor<T> activated;   // [E, C, f]
-  Tensor<T> expert_out;  // [E, C, h]
+  int padded_capacity = 0;   // capacity rounded up to a multiple of T under DTD
+  Tensor<T> dispatched;      // [E, Cp, h]
+  Tensor<T> expert_in;       // [Ep, E/Ep, Cp, h] what this rank's experts compute on
+  Tensor<T> hidden;          // [Ep, E/Ep, Cp, f/T] before GeLU
+  Tensor<T> activated;       // [Ep, E/Ep, Cp, f/T]
+  Tensor<T> returned;        // [E, Cp, h] expert outputs back at the tokens' rank
+  Tensor<T> dispatch_stash;  // CAC: the dispatch all-to-all's output
+  Tensor<T> return_stash;    // CAC: the return all-to-all's output
+};
+
+struct MoeShape {
+  int tokens;
+  int hidden;
+  int ffn_local;  // f / T
+  int experts;    // E, all of them
 };
 
 // Overwrites y [tokens, h]; fills acts. Returns the group's aux loss.
 template <typename T>
-T moe_forward(Device& device, const T* x, T* y, int tokens, int h, int f, const GateConfig& config,
-              const RoutingKey& key, const MoeParams<T>& params, MoeActivations<T>& acts);
+T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const GateConfig& config,
+              const RoutingKey& key, const MoeParams<T>& params, const MoeExchange& exchange,
+              MoeActivations<T>& acts);
 
 // Accumulates into dx and the gradients; aux_scale multiplies d aux (aux_coeff x loss scale).
 template <typename T>
-void moe_backward(Device& device, const T* x, const T* dy, T* dx, int tokens, int h, int f,
-                  const MoeParams<T>& params, const MoeActivations<T>& acts, T aux_scale,
-                  const MoeGrads<T>& grads);
+void moe_backward(Device& device, const T* x, const T* dy, T* dx, const MoeShape& shape,
+                  const MoeParams<T>& params, const MoeExchange& exchange,
+                  const MoeActivations<T>& acts, T aux_scale, const MoeGrads<T>& grads);
 
-// GEMM FLOPs of the layer's forward for a routing of capacity C (backward is twice this).
-double moe_forward_flops(int tokens, int h, int f, int experts, int capacity);
+// GEMM FLOPs of this rank's share of the layer's forward (backward is twice this).
+double moe_forward_flops(const MoeShape& shape, int local_expert_rows);
 
 }  // namespace ted::model
