@@ -1,5 +1,6 @@
 #include "ted/train/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -28,21 +29,77 @@ double learning_rate(const OptimizerConfig& c, int step, int total_steps) {
 }
 
 template <typename T>
-AdamW<T>::AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Device& device)
-    : params_(params), config_(config) {
+AdamW<T>::AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Device& device,
+                const OptimizerParallel& parallel)
+    : params_(params), config_(config), parallel_(parallel), device_(device) {
   config_.validate();
-  m_ = zeros<T>(device, params.total());
-  v_ = zeros<T>(device, params.total());
+  for (auto kind : {model::ParamKind::dense, model::ParamKind::expert}) {
+    auto [begin, size] = params.range(kind);
+    Communicator* group =
+        kind == model::ParamKind::dense ? parallel_.dense_group : parallel_.expert_group;
+    Part part{group, begin, size, begin, size, true, {}, {}};
+    if (group) {
+      auto n = static_cast<std::size_t>(group->size());
+      TED_CHECK(size % n == 0, "parameter part not padded to its data group");
+      if (parallel_.zero1) {
+        part.count = size / n;
+        part.mine = begin + part.count * static_cast<std::size_t>(group->rank());
+      } else {
+        part.counts_norm = group->rank() == 0;  // every data rank holds the same values
+      }
+    }
+    part.m = zeros<T>(device, part.count);
+    part.v = zeros<T>(device, part.count);
+    parts_.push_back(std::move(part));
+  }
+  for (const auto& spec : params.specs())
+    segments_.push_back({spec.offset, spec.offset + spec.size(), spec.decay,
+                         !spec.tensor_replicated || parallel_.tensor_rank0});
+  std::sort(segments_.begin(), segments_.end(),
+            [](const Segment& a, const Segment& b) { return a.begin < b.begin; });
 }
 
 template <typename T>
 double AdamW<T>::step(int step, int total_steps) {
   T* grads = params_.grads().data();
+  T* values = params_.values().data();
+  const DataType dtype = dtype_of<T>::value;
+
+  // 1. Sum the gradients over each part's data group (reduce-scatter: only my shard).
+  std::vector<Tensor<T>> shard_grads(parts_.size());
+  for (std::size_t i = 0; i < parts_.size(); ++i) {
+    Part& part = parts_[i];
+    if (!part.group) continue;
+    if (parallel_.zero1) {
+      shard_grads[i] = Tensor<T>(device_, part.count);
+      part.group->reduce_scatter(grads + part.begin, shard_grads[i].data(), part.count, dtype);
+    } else {
+      part.group->all_reduce(grads + part.begin, grads + part.begin, part.size, dtype);
+    }
+  }
+  auto grad_of = [&](std::size_t i) {  // my gradients of part i, indexed from part.mine
+    return shard_grads[i].empty() ? grads + parts_[i].mine : shard_grads[i].data();
+  };
+
+  // 2. Global norm over the distinct elements, then the clipping factor.
   double sum = 0;
-  for (std::size_t i = 0; i < params_.total(); ++i) sum += static_cast<double>(grads[i]) * grads[i];
+  for (std::size_t i = 0; i < parts_.size(); ++i) {
+    const Part& part = parts_[i];
+    if (!part.counts_norm) continue;
+    const T* g = grad_of(i);
+    for (const auto& segment : segments_) {
+      if (!segment.counted) continue;
+      std::size_t lo = std::max(segment.begin, part.mine);
+      std::size_t hi = std::min(segment.end, part.mine + part.count);
+      for (std::size_t k = lo; k < hi; ++k)
+        sum += static_cast<double>(g[k - part.mine]) * g[k - part.mine];
+    }
+  }
+  if (parallel_.world) parallel_.world->all_reduce(&sum, &sum, 1, DataType::f64);
   double norm = std::sqrt(sum);
   double clip = config_.grad_clip > 0 && norm > config_.grad_clip ? config_.grad_clip / norm : 1.0;
 
+  // 3. Adam on my elements, a tile at a time.
   last_lr_ = learning_rate(config_, step, total_steps);
   const int t = step + 1;
   const T lr = static_cast<T>(last_lr_);
@@ -50,16 +107,37 @@ double AdamW<T>::step(int step, int total_steps) {
   const T correction1 = static_cast<T>(1.0 - std::pow(config_.beta1, t));
   const T correction2 = static_cast<T>(1.0 - std::pow(config_.beta2, t));
   const T eps = static_cast<T>(config_.eps), scale = static_cast<T>(clip);
-  T* values = params_.values().data();
-  for (const auto& spec : params_.specs()) {
-    const T decay = spec.decay ? static_cast<T>(config_.weight_decay) : T(0);
-    for (std::size_t i = spec.offset; i < spec.offset + spec.size(); ++i) {
-      T g = grads[i] * scale;
-      m_[i] = b1 * m_[i] + (T(1) - b1) * g;
-      v_[i] = b2 * v_[i] + (T(1) - b2) * g * g;
-      T update = (m_[i] / correction1) / (std::sqrt(v_[i] / correction2) + eps);
-      values[i] -= lr * (update + decay * values[i]);
+  const T weight_decay = static_cast<T>(config_.weight_decay);
+  for (std::size_t i = 0; i < parts_.size(); ++i) {
+    Part& part = parts_[i];
+    const T* g = grad_of(i);
+    std::size_t tile =
+        parallel_.tile_elems ? parallel_.tile_elems : std::max<std::size_t>(part.count, 1);
+    auto segment = segments_.begin();
+    for (std::size_t first = 0; first < part.count; first += tile) {
+      std::size_t length = std::min(tile, part.count - first);
+      Tensor<T> work(device_, length);  // the tile's unscaled, clipped gradient
+      for (std::size_t k = 0; k < length; ++k) work[k] = g[first + k] * scale;
+      for (std::size_t k = 0; k < length; ++k) {
+        std::size_t flat = part.mine + first + k;
+        while (segment != segments_.end() && segment->end <= flat) ++segment;
+        bool decays = segment != segments_.end() && segment->begin <= flat && segment->decay;
+        T& m = part.m[first + k];
+        T& v = part.v[first + k];
+        m = b1 * m + (T(1) - b1) * work[k];
+        v = b2 * v + (T(1) - b2) * work[k] * work[k];
+        T update = (m / correction1) / (std::sqrt(v / correction2) + eps);
+        values[flat] -= lr * (update + (decays ? weight_decay : T(0)) * values[flat]);
+      }
     }
+  }
+
+  // 4. ZeRO-1: everyone gets everyone's updated shards.
+  for (auto& part : parts_) {
+    if (!part.group || !parallel_.zero1) continue;
+    Tensor<T> mine(device_, part.count);
+    std::copy(values + part.mine, values + part.mine + part.count, mine.data());
+    part.group->all_gather(mine.data(), values + part.begin, part.count, dtype);
   }
   return norm;
 }

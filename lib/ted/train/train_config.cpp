@@ -44,6 +44,14 @@ ConfigSchema TrainConfig::schema() {
   s.add("training.seed", &m.seed);
   s.add("training.log_every", &log_every);
   s.add("training.csv", &csv);
+  s.add("parallel.tp", &parallel.tp);
+  s.add("parallel.ep", &parallel.ep);
+  s.add("parallel.dp", &parallel.dp);
+  s.add("parallel.dtd", &parallel.dtd);
+  s.add("parallel.cac", &parallel.cac);
+  s.add("parallel.reduce_scatter", &parallel.reduce_scatter);
+  s.add("parallel.zero1", &parallel.zero1);
+  s.add("parallel.tile_elems", &parallel.tile_elems);
   return s;
 }
 
@@ -59,6 +67,7 @@ void TrainConfig::validate() const {
   if (data.noise < 0 || data.noise > 1) throw ConfigError("data.noise must be in [0, 1]");
   if (steps < 1) throw ConfigError("training.steps must be at least 1");
   if (log_every < 1) throw ConfigError("training.log_every must be at least 1");
+  if (parallel.tile_elems < 0) throw ConfigError("parallel.tile_elems must not be negative");
 }
 
 }  // namespace ted::train

@@ -8,6 +8,7 @@
 //   data:      source (synthetic | file) path token_bytes (2 | 4) noise micro_batch
 //              micro_batches
 //   training:  steps seed log_every csv
+//   parallel:  tp ep dp (0: ranks / (tp * ep)) dtd cac reduce_scatter zero1 tile_elems
 #pragma once
 
 #include <string>
@@ -27,8 +28,21 @@ struct DataConfig {
   int micro_batches = 1;  // accumulated per optimizer step
 };
 
+// The TED layout and switches (TED.md sections 3-5).
+struct ParallelConfig {
+  int tp = 1;
+  int ep = 1;
+  int dp = 0;
+  bool dtd = false;
+  bool cac = false;
+  bool reduce_scatter = false;
+  bool zero1 = true;
+  std::int64_t tile_elems = 0;  // tiled optimizer step; 0 = the whole shard
+};
+
 struct TrainConfig {
   model::ModelConfig model;
+  ParallelConfig parallel;
   OptimizerConfig optimizer;
   DataConfig data;
   int steps = 100;

@@ -1,11 +1,15 @@
-// The single-process training loop: per optimizer step, micro_batches micro-batches of
-// micro_batch sequences each (global batch = their product), gradients accumulated with
-// scale 1/micro_batches (so the loss is the mean over the global batch), then AdamW.
-// Sample s of step t, micro-batch m is global sample (t * micro_batches + m) * micro_batch + s.
+// The training loop: per optimizer step, micro_batches micro-batches of micro_batch sequences on
+// each data-parallel rank (the DP = Ep x D ranks of a non-expert-data group each feed their
+// own), gradients accumulated with scale 1 / (micro_batches x DP) so the loss is the mean over
+// the global batch of micro_batch x micro_batches x DP sequences, then AdamW (ZeRO-1 on a grid).
+// Micro-batch m of data-parallel rank r is global micro-batch g = m x DP + r, and sequence s of
+// it is global sample (step x micro_batches x DP + g) x micro_batch + s: a single process with
+// micro_batches x DP micro-batches sees exactly the same data.
 #pragma once
 
 #include <memory>
 
+#include "ted/grid/ted_groups.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/train/data.hpp"
 #include "ted/train/optimizer.hpp"
@@ -30,13 +34,19 @@ std::unique_ptr<TokenSource> make_source(const TrainConfig& config);
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& config, Device& device);  // validates the config
+  // `groups`: the rank's TED groups (null: one process, the reference). Validates the config.
+  Trainer(const TrainConfig& config, Device& device, TedGroups* groups = nullptr);
   StepRecord step(int step);
   model::GptModel<float>& model() { return model_; }
+  // Sum of squares of every parameter of the model, each distinct element counted once over
+  // the whole layout (the same number on every rank, and for the reference).
+  double fingerprint();
   const TokenSource& source() const { return *source_; }
 
  private:
   TrainConfig config_;
+  TedGroups* groups_;
+  int dp_size_ = 1, dp_rank_ = 0;
   std::unique_ptr<TokenSource> source_;
   model::GptModel<float> model_;
   AdamW<float> optimizer_;
