@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/test_env.hpp"
+#include "ted/backend/memory.hpp"
 #include "ted/grid/ted_groups.hpp"
 #include "ted/train/trainer.hpp"
 
@@ -111,4 +112,138 @@ TEST_CASE("every layout and switch set equals the single-process reference") {
       }
     }
   }
+}
+
+namespace {
+
+// One optimizer step with a ledger on every TED group; returns the ledger.
+ted::Ledger ledger_of_step(ted::TedGroups& groups, const ted::train::TrainConfig& config) {
+  ted::Ledger ledger;
+  for (auto kind : {ted::GroupKind::tensor, ted::GroupKind::expert, ted::GroupKind::expert_data,
+                    ted::GroupKind::nonexpert_data})
+    groups.group(kind).set_ledger(&ledger);
+  auto device = ted::make_cpu_device();
+  ted::train::Trainer trainer(config, *device, &groups);
+  trainer.step(0);
+  for (auto kind : {ted::GroupKind::tensor, ted::GroupKind::expert, ted::GroupKind::expert_data,
+                    ted::GroupKind::nonexpert_data})
+    groups.group(kind).set_ledger(nullptr);
+  return ledger;
+}
+
+}  // namespace
+
+TEST_CASE("ledger: DTD divides all-to-all bytes by T, CAC saves a third, reduce-scatter halves") {
+  auto& world = ted::test::world();
+  const int G = world.size();
+  const int T = G % 3 == 0 ? 3 : 2, Ep = 2;
+  if (G < 4 || G % (T * Ep) != 0) return;  // needs T > 1 and Ep > 1
+  ted::ProcessGrid grid(G, ted::Layout{T, Ep, G / (T * Ep)});
+  ted::TedGroups groups(world, grid);
+  auto config = tiny(G, 1);
+  config.model.gate.capacity_factor = 1.0;  // 16 tokens over 8 (or 6) experts: C = 2 (or 3),
+  config.model.gate.min_capacity = 0;       // a multiple of T, so DTD needs no padding
+  const int dp = Ep * (G / (T * Ep)), micro = 2;
+  config.data.micro_batches = micro;
+  config.parallel = {T, Ep, G / (T * Ep), false, false, false, true, 0};
+  const int moe_layers = 1;  // layers = 2, expert_interval = 2
+  INFO("T=" << T << " Ep=" << Ep << " DP=" << dp << ", rank " << world.rank());
+
+  const auto plain = ledger_of_step(groups, config);
+  const auto& a2a = plain.total(ted::CollectiveOp::all_to_all, ted::GroupKind::expert);
+  CHECK(a2a.calls == 4u * micro * moe_layers);  // 2 forward, 2 backward
+
+  auto dtd_config = config;
+  dtd_config.parallel.dtd = true;
+  const auto dtd = ledger_of_step(groups, dtd_config);
+  const auto& a2a_dtd = dtd.total(ted::CollectiveOp::all_to_all, ted::GroupKind::expert);
+  CHECK(a2a_dtd.calls == a2a.calls);
+  CHECK(a2a_dtd.bytes_sent * T == a2a.bytes_sent);  // exactly 1/T
+  CHECK(a2a_dtd.bytes_recv * T == a2a.bytes_recv);
+  // ... and an all-gather in the tensor group of the full buffer per all-to-all.
+  const auto& gathers = dtd.total(ted::CollectiveOp::all_gather, ted::GroupKind::tensor);
+  CHECK(gathers.calls == a2a.calls);
+  CHECK(gathers.bytes_recv == a2a.bytes_sent);
+
+  auto rs_config = dtd_config;
+  rs_config.parallel.reduce_scatter = true;
+  const auto rs = ledger_of_step(groups, rs_config);
+  // The expert block's tensor all-reduces become reduce-scatters of the same buffers: half the
+  // bus bytes. (The attention and dense-FFN all-reduces are the same in both runs.)
+  double expert_all_reduce =
+      dtd.total(ted::CollectiveOp::all_reduce, ted::GroupKind::tensor).bus_bytes -
+      rs.total(ted::CollectiveOp::all_reduce, ted::GroupKind::tensor).bus_bytes;
+  double reduce_scatter =
+      rs.total(ted::CollectiveOp::reduce_scatter, ted::GroupKind::tensor).bus_bytes;
+  CHECK(rs.total(ted::CollectiveOp::reduce_scatter, ted::GroupKind::tensor).calls ==
+        2u * micro * moe_layers);
+  CHECK(expert_all_reduce > 0);
+  CHECK(reduce_scatter * 2 == Approx(expert_all_reduce).epsilon(1e-12));
+
+  auto checkpoint_config = config;
+  checkpoint_config.model.checkpoint = true;
+  const auto recomputed = ledger_of_step(groups, checkpoint_config);
+  CHECK(recomputed.total(ted::CollectiveOp::all_to_all, ted::GroupKind::expert).calls ==
+        6u * micro * moe_layers);
+  checkpoint_config.parallel.cac = true;
+  const auto cac = ledger_of_step(groups, checkpoint_config);
+  CHECK(cac.total(ted::CollectiveOp::all_to_all, ted::GroupKind::expert).calls ==
+        4u * micro * moe_layers);
+}
+
+TEST_CASE("allocator: tiles bound the optimizer temporaries; the CAC stash equals its formula") {
+  auto& world = ted::test::world();
+  const int G = world.size();
+  const int T = G % 3 == 0 ? 3 : 2, Ep = 2;
+  if (G < 4 || G % (T * Ep) != 0) return;
+  const int D = G / (T * Ep);
+  ted::ProcessGrid grid(G, ted::Layout{T, Ep, D});
+  ted::TedGroups groups(world, grid);
+  auto config = tiny(G, 1);
+  config.model.gate.capacity_factor = 1.0;
+  config.model.gate.min_capacity = 0;
+  config.data.micro_batches = 2;
+  config.parallel = {T, Ep, D, false, false, false, true, 0};
+  INFO("T=" << T << " Ep=" << Ep << " D=" << D << ", rank " << world.rank());
+
+  auto peaks = [&](const ted::train::TrainConfig& c, ted::MemoryCategory category,
+                   std::size_t* dense_shard = nullptr, std::size_t* expert_shard = nullptr) {
+    auto cpu = ted::make_cpu_device();
+    ted::TrackingDevice device(*cpu);
+    ted::train::Trainer trainer(c, device, &groups);
+    trainer.step(0);
+    const auto& params = trainer.model().params();
+    if (dense_shard) *dense_shard = params.range(ted::model::ParamKind::dense).second / (Ep * D);
+    if (expert_shard) *expert_shard = params.range(ted::model::ParamKind::expert).second / D;
+    return device.usage(category).peak;
+  };
+
+  // Without tiles the whole shard's temporary copy is alive at once; with tiles, one tile.
+  std::size_t dense_shard = 0, expert_shard = 0;
+  auto untiled =
+      peaks(config, ted::MemoryCategory::optimizer_temporaries, &dense_shard, &expert_shard);
+  CHECK(untiled == std::max(dense_shard, expert_shard) * sizeof(float));
+  config.parallel.tile_elems = 11;
+  CHECK(peaks(config, ted::MemoryCategory::optimizer_temporaries) == 11 * sizeof(float));
+  config.parallel.tile_elems = 0;
+  // ZeRO-1 off: every rank updates the whole part, so the untiled spike is the whole part.
+  config.parallel.zero1 = false;
+  CHECK(peaks(config, ted::MemoryCategory::optimizer_temporaries) ==
+        std::max(dense_shard * Ep * D, expert_shard * D) * sizeof(float));
+  config.parallel.zero1 = true;
+
+  // CAC keeps both all-to-all outputs of every MoE layer of the micro-batch in flight:
+  // 2 x E x C' x h floats per layer, C' = C, or C / T with DTD.
+  const int tokens = config.data.micro_batch * config.model.seq_len;
+  const std::size_t C = ted::model::expert_capacity(config.model.gate, tokens);
+  REQUIRE(C % T == 0);
+  const std::size_t E = config.model.gate.experts, h = config.model.hidden, moe_layers = 1;
+  config.model.checkpoint = true;
+  CHECK(peaks(config, ted::MemoryCategory::cac_stash) == 0);
+  config.parallel.cac = true;
+  CHECK(peaks(config, ted::MemoryCategory::cac_stash) ==
+        moe_layers * 2 * E * C * h * sizeof(float));
+  config.parallel.dtd = true;
+  CHECK(peaks(config, ted::MemoryCategory::cac_stash) ==
+        moe_layers * 2 * E * (C / T) * h * sizeof(float));
 }

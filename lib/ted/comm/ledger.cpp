@@ -1,5 +1,6 @@
 #include "ted/comm/ledger.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "ted/core/error.hpp"
@@ -51,10 +52,30 @@ GroupKind parse_group(std::string_view name) {
                     joined(kGroupNames, selectable) + ")");
 }
 
+double bus_bytes(const LedgerEntry& e) {
+  double n = e.group_size;
+  double size = static_cast<double>(std::max(e.bytes_sent, e.bytes_recv));
+  switch (e.op) {
+    case CollectiveOp::all_reduce:
+      return size * 2.0 * (n - 1) / n;
+    case CollectiveOp::all_gather:
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_to_all:
+    case CollectiveOp::all_to_all_v:
+      return size * (n - 1) / n;
+    case CollectiveOp::broadcast:
+      return n > 1 ? size : 0.0;
+    case CollectiveOp::barrier:
+      return 0.0;
+  }
+  return 0.0;
+}
+
 LedgerTotal& LedgerTotal::operator+=(const LedgerTotal& other) {
   calls += other.calls;
   bytes_sent += other.bytes_sent;
   bytes_recv += other.bytes_recv;
+  bus_bytes += other.bus_bytes;
   seconds += other.seconds;
   return *this;
 }
@@ -63,7 +84,7 @@ void Ledger::record(const LedgerEntry& entry) {
   if (!enabled_) return;
   LedgerTotal& slot =
       totals_[static_cast<std::size_t>(entry.op)][static_cast<std::size_t>(entry.group)];
-  slot += LedgerTotal{1, entry.bytes_sent, entry.bytes_recv, entry.seconds};
+  slot += LedgerTotal{1, entry.bytes_sent, entry.bytes_recv, bus_bytes(entry), entry.seconds};
   if (keep_entries_) entries_.push_back(entry);
 }
 

@@ -55,10 +55,16 @@ struct LedgerEntry {
   double seconds;  // wall time of the call on this rank
 };
 
+// Bytes this call puts on the links per rank, as nccl-tests defines bus bandwidth: the logical
+// size (the larger of sent and received) times 2(n-1)/n for all-reduce, (n-1)/n for
+// all-gather, reduce-scatter and all-to-all(-v), 1 for broadcast (at the root's size).
+double bus_bytes(const LedgerEntry& entry);
+
 struct LedgerTotal {
   std::uint64_t calls = 0;
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_recv = 0;
+  double bus_bytes = 0;
   double seconds = 0;
   LedgerTotal& operator+=(const LedgerTotal& other);
 };

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
 #include "ted/kernels/cpu/layers.hpp"
 
@@ -95,6 +96,7 @@ template <typename T>
 void gather_slices(Device& device, Communicator* tensor, const T* slice, T* full, const Plan& p,
                    std::size_t blocks) {
   std::size_t count = blocks * p.Cs * p.h;
+  MemoryScope scope(device, MemoryCategory::communication);
   Tensor<T> ranks(device, count * static_cast<std::size_t>(p.T));
   tensor->all_gather(slice, ranks.data(), count, dtype<T>());
   rank_major_to_full(ranks.data(), full, p, blocks);
@@ -105,6 +107,7 @@ template <typename T>
 void reduce_scatter_slices(Device& device, Communicator* tensor, const T* full, T* slice,
                            const Plan& p, std::size_t blocks) {
   std::size_t count = blocks * p.Cs * p.h;
+  MemoryScope scope(device, MemoryCategory::communication);
   Tensor<T> ranks(device, count * static_cast<std::size_t>(p.T));
   full_to_rank_major(full, ranks.data(), p, blocks);
   tensor->reduce_scatter(ranks.data(), slice, count, dtype<T>());
@@ -156,7 +159,10 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
   // Dispatch exchange: [E, Cp, h] -> this rank's experts' [Ep, El, Cp, h].
   Tensor<T> send;
   const T* to_send = acts.dispatched.data();
+  const MemoryCategory received_category =
+      exchange_cfg.keep_stash ? MemoryCategory::cac_stash : MemoryCategory::communication;
   if (p.slicing) {
+    MemoryScope scope(device, MemoryCategory::communication);
     send = Tensor<T>(device, sent);
     take_slice(acts.dispatched.data(), send.data(), p, blocks);
     to_send = send.data();
@@ -165,6 +171,7 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
   if (exchange_cfg.reuse_stash) {
     TED_CHECK(acts.dispatch_stash.size() == sent, "CAC recompute without a dispatch stash");
   } else {
+    MemoryScope scope(device, received_category);
     received = Tensor<T>(device, sent);
     exchange(exchange_cfg.expert, to_send, received.data(), sent / p.Ep, p.Ep);
     if (exchange_cfg.keep_stash) acts.dispatch_stash = std::move(received);
@@ -198,6 +205,7 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
   Tensor<T> back;
   const T* to_return = partial.data();
   if (p.reduce_scatter) {
+    MemoryScope scope(device, MemoryCategory::communication);
     back = Tensor<T>(device, sent);
     reduce_scatter_slices(device, exchange_cfg.tensor, partial.data(), back.data(), p, blocks);
     add_expert_bias(back.data(), params.b2, p, blocks, p.Cs);
@@ -206,6 +214,7 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
     tensor_all_reduce(exchange_cfg.tensor, partial.data(), full);
     add_expert_bias(partial.data(), params.b2, p, blocks, p.Cp);
     if (p.slicing) {
+      MemoryScope scope(device, MemoryCategory::communication);
       back = Tensor<T>(device, sent);
       take_slice(partial.data(), back.data(), p, blocks);
       to_return = back.data();
@@ -215,6 +224,7 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
   if (exchange_cfg.reuse_stash) {
     TED_CHECK(acts.return_stash.size() == sent, "CAC recompute without a return stash");
   } else {
+    MemoryScope scope(device, received_category);
     returned_slices = Tensor<T>(device, sent);
     exchange(exchange_cfg.expert, to_return, returned_slices.data(), sent / p.Ep, p.Ep);
     if (exchange_cfg.keep_stash) acts.return_stash = std::move(returned_slices);
@@ -272,7 +282,12 @@ void moe_backward(Device& device, const T* x, const T* dy, T* dx, const MoeShape
     }
 
   // Return exchange backward: my slice, all-to-all, then all-gather (the slice's gradient).
-  Tensor<T> d_slice(device, sent), d_back(device, sent);
+  Tensor<T> d_slice, d_back;
+  {
+    MemoryScope scope(device, MemoryCategory::communication);
+    d_slice = Tensor<T>(device, sent);
+    d_back = Tensor<T>(device, sent);
+  }
   if (p.slicing)
     take_slice(d_returned.data(), d_slice.data(), p, blocks);
   else

@@ -1,5 +1,6 @@
 #include "ted/model/params.hpp"
 
+#include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
 #include "ted/model/random.hpp"
 
@@ -76,7 +77,11 @@ void ParamSet<T>::allocate(Device& device, std::uint64_t seed, double init_std,
     total_ = start + (total_ - start + pad - 1) / pad * pad;
     (kind == ParamKind::dense ? dense_range_ : expert_range_) = {start, total_ - start};
   }
-  values_ = zeros<T>(device, total_);  // padding stays 0
+  {
+    MemoryScope scope(device, MemoryCategory::parameters);
+    values_ = zeros<T>(device, total_);  // padding stays 0
+  }
+  MemoryScope scope(device, MemoryCategory::gradients);
   grads_ = zeros<T>(device, total_);
   for (const auto& spec : specs_) {
     T* v = values_.data() + spec.offset;

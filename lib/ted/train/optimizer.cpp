@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
 
 namespace ted::train {
@@ -48,6 +49,7 @@ AdamW<T>::AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Devic
         part.counts_norm = group->rank() == 0;  // every data rank holds the same values
       }
     }
+    MemoryScope scope(device, MemoryCategory::optimizer_state);
     part.m = zeros<T>(device, part.count);
     part.v = zeros<T>(device, part.count);
     parts_.push_back(std::move(part));
@@ -67,6 +69,7 @@ double AdamW<T>::step(int step, int total_steps) {
 
   // 1. Sum the gradients over each part's data group (reduce-scatter: only my shard).
   std::vector<Tensor<T>> shard_grads(parts_.size());
+  MemoryScope communication(device_, MemoryCategory::communication);
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     Part& part = parts_[i];
     if (!part.group) continue;
@@ -116,6 +119,7 @@ double AdamW<T>::step(int step, int total_steps) {
     auto segment = segments_.begin();
     for (std::size_t first = 0; first < part.count; first += tile) {
       std::size_t length = std::min(tile, part.count - first);
+      MemoryScope temporaries(device_, MemoryCategory::optimizer_temporaries);
       Tensor<T> work(device_, length);  // the tile's unscaled, clipped gradient
       for (std::size_t k = 0; k < length; ++k) work[k] = g[first + k] * scale;
       for (std::size_t k = 0; k < length; ++k) {
