@@ -1,9 +1,13 @@
-// ted_train: trains the MoE GPT on the CPU reference backend (one process), configured by a
-// YAML file with command-line overrides; prints one line per step and writes a CSV of the steps
-// (atomically, at the end) with the git revision and the command line.
+// ted_train: trains the MoE GPT on the CPU backend, on one process (the reference) or on G MPI
+// ranks under a TED layout, configured by a YAML file with command-line overrides. Rank 0
+// prints one line per step and writes a CSV of the steps (atomically, at the end) with the
+// bytes each collective kind moved in each group (from the ledger), the git revision and the
+// command line; the run ends with the parameter fingerprint (sum of squares of all parameters
+// over the whole layout), which equals the single-process run's.
 //
 //   build/apps/ted_train -c experiments/train/tiny-cpu.yaml
-//   build/apps/ted_train -c experiments/train/tiny-cpu.yaml --set gating.top_k=2 --steps 50
+//   mpirun -np 8 --oversubscribe build/apps/ted_train -c experiments/train/tiny-cpu.yaml \
+//       --tp 2 --ep 2 --dp 2 --dtd --checkpoint --cac
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,9 +19,21 @@
 #include "ted/core/csv.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
+#include "ted/grid/ted_groups.hpp"
 #include "ted/train/trainer.hpp"
 
 namespace {
+
+constexpr ted::CollectiveOp kLedgerOps[] = {
+    ted::CollectiveOp::all_reduce, ted::CollectiveOp::all_gather, ted::CollectiveOp::reduce_scatter,
+    ted::CollectiveOp::all_to_all};
+constexpr ted::GroupKind kLedgerGroups[] = {ted::GroupKind::tensor, ted::GroupKind::expert,
+                                            ted::GroupKind::expert_data,
+                                            ted::GroupKind::nonexpert_data};
+
+const char* on_off(bool value) {
+  return value ? "on" : "off";
+}
 
 std::string progress_bar(int done, int total, int width = 20) {
   int filled = total > 0 ? done * width / total : width;
@@ -33,19 +49,25 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   int steps = 0;
   std::string csv_path;
-  bool checkpoint = false;
+  bool checkpoint = false, dtd = false, cac = false, reduce_scatter = false, no_zero1 = false;
+  int tensor = 0, expert = 0, data = -1;
+  std::int64_t tile = -1;
   app.add_option("-c,--config", config_path, "YAML config (see experiments/train/)")->required();
   app.add_option("--set", overrides, "override a key: section.key=value (repeatable)");
   app.add_option("--steps", steps, "optimizer steps (overrides training.steps)");
   app.add_option("--csv", csv_path, "CSV path (overrides training.csv)");
   app.add_flag("--checkpoint", checkpoint, "activation checkpointing (model.checkpoint=true)");
+  app.add_option("--tp", tensor, "tensor-parallel size T (parallel.tp)");
+  app.add_option("--ep", expert, "expert-parallel size Ep (parallel.ep)");
+  app.add_option("--dp", data, "data-parallel size D (parallel.dp; 0: ranks / (T * Ep))");
+  app.add_flag("--dtd", dtd, "Duplicate Token Dropping (parallel.dtd)");
+  app.add_flag("--cac", cac, "communication-aware checkpointing (parallel.cac; with --checkpoint)");
+  app.add_flag("--reduce-scatter", reduce_scatter,
+               "reduce-scatter instead of all-reduce + slice in the expert block (with --dtd)");
+  app.add_flag("--no-zero1", no_zero1, "replicate the optimizer state (parallel.zero1=false)");
+  app.add_option("--tile", tile, "tiled optimizer step: elements per tile (parallel.tile_elems)");
 
   return ted::run_app(argc, argv, app, [&](ted::MpiSession& mpi) {
-    if (mpi.world_size() != 1)
-      throw ted::ConfigError(
-          "ted_train is the single-process reference: run it without mpirun "
-          "(it was started on " +
-          std::to_string(mpi.world_size()) + " ranks)");
     ted::train::TrainConfig config;
     ted::ConfigSchema schema = config.schema();
     schema.load_yaml(config_path);
@@ -53,6 +75,15 @@ int main(int argc, char** argv) {
     if (steps > 0) config.steps = steps;
     if (!csv_path.empty()) config.csv = csv_path;
     if (checkpoint) config.model.checkpoint = true;
+    auto& parallel = config.parallel;
+    if (tensor > 0) parallel.tp = tensor;
+    if (expert > 0) parallel.ep = expert;
+    if (data >= 0) parallel.dp = data;
+    if (dtd) parallel.dtd = true;
+    if (cac) parallel.cac = true;
+    if (reduce_scatter) parallel.reduce_scatter = true;
+    if (no_zero1) parallel.zero1 = false;
+    if (tile >= 0) parallel.tile_elems = tile;
     if (config.csv.empty())
       config.csv = "results/train/" + std::filesystem::path(config_path).stem().string() + ".csv";
 
@@ -62,25 +93,69 @@ int main(int argc, char** argv) {
       throw ted::ConfigError(config_path + (overrides.empty() ? "" : " with --set") + ": " +
                              e.what());
     }
-    auto device = ted::make_cpu_device();
-    ted::train::Trainer trainer(config, *device);  // opens the data
-    const auto& m = config.model;
-    std::printf("# ted_train %s: %s\n", std::string(ted::git_revision()).c_str(),
-                config_path.c_str());
-    std::printf(
-        "# model: vocab %d, seq %d, hidden %d, heads %d, layers %d, %d experts every %d "
-        "blocks, top-%d, cf %.2f; %zu parameters\n",
-        m.vocab, m.seq_len, m.hidden, m.heads, m.layers, m.gate.experts, m.expert_interval,
-        m.gate.top_k, m.gate.capacity_factor, trainer.model().params().total());
-    std::printf("# data: %s; global batch %d x %d sequences; checkpointing %s\n",
-                trainer.source().describe().c_str(), config.data.micro_batch,
-                config.data.micro_batches, m.checkpoint ? "on" : "off");
+    const ted::Layout layout =
+        ted::resolve_layout(mpi.world_size(), parallel.tp, parallel.ep, parallel.dp);
+    parallel.dp = layout.data;
+    const bool rank0 = mpi.world_rank() == 0;
 
-    ted::CsvTable table({"step", "loss", "lm_loss", "aux_loss", "lr", "grad_norm", "dropped",
-                         "seconds", "tokens_per_s", "gflops_per_s", "git_revision", "command"});
+    auto device = ted::make_cpu_device();
+    auto world = ted::MpiCommunicator::world(nullptr);
+    ted::ProcessGrid grid(mpi.world_size(), layout);
+    ted::TedGroups groups(*world, grid);
+    ted::Ledger ledger;
+    for (auto kind : kLedgerGroups) groups.group(kind).set_ledger(&ledger);
+    // One process: the reference path, no communicators at all.
+    ted::train::Trainer trainer(config, *device, mpi.world_size() > 1 ? &groups : nullptr);
+    const auto& m = config.model;
+    if (rank0) {
+      std::printf("# ted_train %s: %s\n", std::string(ted::git_revision()).c_str(),
+                  config_path.c_str());
+      std::printf(
+          "# model: vocab %d, seq %d, hidden %d, heads %d, layers %d, %d experts every %d "
+          "blocks, top-%d, cf %.2f; %zu parameters\n",
+          m.vocab, m.seq_len, m.hidden, m.heads, m.layers, m.gate.experts, m.expert_interval,
+          m.gate.top_k, m.gate.capacity_factor, trainer.model().params().total());
+      std::printf("# data: %s; global batch %d x %d x %d sequences; checkpointing %s\n",
+                  trainer.source().describe().c_str(), config.data.micro_batch,
+                  config.data.micro_batches, layout.expert * layout.data,
+                  m.checkpoint ? "on" : "off");
+      std::printf(
+          "# layout %s on %d ranks; dtd %s (capacity padded to a multiple of T), cac %s, "
+          "reduce-scatter %s, zero-1 %s, optimizer tile %lld\n",
+          layout.to_string().c_str(), mpi.world_size(), on_off(parallel.dtd), on_off(parallel.cac),
+          on_off(parallel.reduce_scatter), on_off(parallel.zero1),
+          static_cast<long long>(parallel.tile_elems));
+    }
+
+    std::vector<std::string> columns = {"step",
+                                        "loss",
+                                        "lm_loss",
+                                        "aux_loss",
+                                        "lr",
+                                        "grad_norm",
+                                        "dropped",
+                                        "seconds",
+                                        "tokens_per_s",
+                                        "gflops_per_s",
+                                        "G",
+                                        "T",
+                                        "Ep",
+                                        "D",
+                                        "dtd",
+                                        "cac",
+                                        "reduce_scatter",
+                                        "zero1",
+                                        "tile_elems"};
+    for (auto op : kLedgerOps)
+      for (auto kind : kLedgerGroups)
+        columns.push_back(std::string(ted::to_string(op)) + "_" +
+                          std::string(ted::to_string(kind)) + "_bytes");
+    for (const char* name : {"fingerprint", "git_revision", "command"}) columns.push_back(name);
+    ted::CsvTable table(columns);
     const std::string command = ted::command_line(argc, argv);
     double first_loss = 0, last_loss = 0;
     for (int step = 0; step < config.steps; ++step) {
+      ledger.clear();
       auto r = trainer.step(step);
       if (!std::isfinite(r.loss))
         throw ted::Error("loss is " + std::to_string(r.loss) + " at step " + std::to_string(step));
@@ -97,9 +172,20 @@ int main(int argc, char** argv) {
           .add(r.seconds)
           .add(r.tokens_per_second)
           .add(r.flops / r.seconds / 1e9)
-          .add(ted::git_revision())
-          .add(command);
-      if (step % config.log_every == 0 || step + 1 == config.steps) {
+          .add(mpi.world_size())
+          .add(layout.tensor)
+          .add(layout.expert)
+          .add(layout.data)
+          .add(int(parallel.dtd))
+          .add(int(parallel.cac))
+          .add(int(parallel.reduce_scatter))
+          .add(int(parallel.zero1))
+          .add(static_cast<long long>(parallel.tile_elems));
+      for (auto op : kLedgerOps)
+        for (auto kind : kLedgerGroups)
+          table.add(static_cast<unsigned long long>(ledger.total(op, kind).bytes_sent));
+      table.add("").add(ted::git_revision()).add(command);  // fingerprint: last row only
+      if (rank0 && (step % config.log_every == 0 || step + 1 == config.steps)) {
         std::printf(
             "step %5d/%d %s loss %.4f lm %.4f aux %.4f lr %.2e |g| %.3f dropped %d "
             "tok/s %.0f\n",
@@ -108,9 +194,15 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    table.write_atomic(config.csv);
-    std::printf("# loss %.4f -> %.4f (ratio %.3f)\n# CSV: %s\n", first_loss, last_loss,
-                last_loss / first_loss, config.csv.c_str());
+    const double fingerprint = trainer.fingerprint();
+    if (rank0) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.9e", fingerprint);
+      table.set_last(columns.size() - 3, text);
+      table.write_atomic(config.csv);
+      std::printf("# loss %.4f -> %.4f (ratio %.3f)\n# fingerprint %s\n# CSV: %s\n", first_loss,
+                  last_loss, last_loss / first_loss, text, config.csv.c_str());
+    }
     return 0;
   });
 }

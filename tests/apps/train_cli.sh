@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ted_train's handling of bad configs: unknown key, wrong type, experts = 0, top-k > experts,
-# heads not dividing hidden, a missing data file, a missing config file, an unknown option,
-# several MPI ranks.
+# heads not dividing hidden, a missing data file, a missing config file, an unknown option;
+# on several ranks: a layout that does not match them, experts or heads that do not split over
+# the groups, switches that need each other.
 # Each gives one line, exit 2 and no CSV. Then a short good run writes one CSV row per step.
 #   train_cli.sh <ted_train> <repository root> <scratch dir> <mpirun>
 set -u
@@ -25,7 +26,31 @@ bad_input "missing data file" ted_train "$train" -c "$config" --set data.source=
   --set data.path="$scratch/no_such_tokens.bin"
 bad_input "missing config file" ted_train "$train" -c "$scratch/no_such.yaml"
 bad_input "unknown option" ted_train "$train" -c "$config" --learning-rate 3
-bad_input "started on several ranks" ted_train "$mpirun" -n 2 --oversubscribe -q "$train" -c "$config"
+# On several ranks: one line from rank 0, exit code 2 from every rank, no hang.
+ranks() {  # <count> <args...>
+  local count=$1
+  shift
+  "$mpirun" -n "$count" --oversubscribe -q "$train" -c "$config" "$@"
+}
+bad_input "layout not matching the ranks" ted_train ranks 4 --tp 3
+bad_input "layout multiplying to more ranks" ted_train ranks 4 --tp 2 --ep 2 --dp 2
+bad_input "experts not divisible by Ep" ted_train ranks 4 --ep 4 --set model.experts=6
+bad_input "heads not divisible by T" ted_train ranks 3 --tp 3
+bad_input "CAC without checkpointing" ted_train ranks 2 --ep 2 --cac
+bad_input "reduce-scatter without DTD" ted_train ranks 2 --tp 2 --reduce-scatter
+
+# A good run on 4 ranks (T=2, Ep=2, DTD) equals the single-process run of the same global
+# batch: same fingerprint.
+fingerprint() { sed -n 's/^# fingerprint //p' "$1"; }
+"$train" -c "$config" --steps 3 --set data.micro_batches=4 --csv "$scratch/one.csv" >"$scratch/one.out" 2>&1 ||
+  fail "single-process run: $(cat "$scratch/one.out")"
+ranks 4 --tp 2 --ep 2 --dtd --steps 3 --csv "$scratch/four.csv" >"$scratch/four.out" 2>&1 ||
+  fail "4-rank run: $(cat "$scratch/four.out")"
+one=$(fingerprint "$scratch/one.out")
+four=$(fingerprint "$scratch/four.out")
+/usr/bin/python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * abs(a))" \
+  "$one" "$four" || fail "fingerprints differ: $one (1 rank) vs $four (4 ranks)"
+echo "ok: fingerprint $one on 1 rank, $four on 4 ranks"
 
 good="$scratch/good.csv"
 if "$train" -c "$config" --steps 5 --csv "$good" >"$scratch/out" 2>"$scratch/err"; then

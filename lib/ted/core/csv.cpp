@@ -25,6 +25,11 @@ CsvTable& CsvTable::add(std::string_view text) {
   return *this;
 }
 
+void CsvTable::set_last(std::size_t column, std::string_view text) {
+  TED_CHECK(!rows_.empty() && column < rows_.back().size(), "CsvTable::set_last out of range");
+  rows_.back()[column] = csv_escape(text);
+}
+
 CsvTable& CsvTable::add(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.9g", value);

@@ -25,6 +25,9 @@ class CsvTable {
   CsvTable& add(long value) { return add(static_cast<long long>(value)); }
   CsvTable& add(unsigned long value) { return add(static_cast<unsigned long long>(value)); }
 
+  // Replaces field `column` of the last row (e.g. a total known only at the end).
+  void set_last(std::size_t column, std::string_view text);
+
   std::size_t rows() const { return rows_.size(); }
   const std::vector<std::string>& header() const { return header_; }
   std::string to_string() const;
