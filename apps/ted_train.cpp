@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   int steps = 0;
   std::string csv_path;
   bool checkpoint = false, dtd = false, cac = false, reduce_scatter = false, no_zero1 = false;
+  bool whole_experts = false;
   int tensor = 0, expert = 0, data = -1;
   std::int64_t tile = -1;
   app.add_option("-c,--config", config_path, "YAML config (see experiments/train/)")->required();
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
   app.add_flag("--cac", cac, "communication-aware checkpointing (parallel.cac; with --checkpoint)");
   app.add_flag("--reduce-scatter", reduce_scatter,
                "reduce-scatter instead of all-reduce + slice in the expert block (with --dtd)");
+  app.add_flag("--no-split-experts", whole_experts,
+               "experts not tensor-parallel: each tensor rank takes 1/T of the tokens");
   app.add_flag("--no-zero1", no_zero1, "replicate the optimizer state (parallel.zero1=false)");
   app.add_option("--tile", tile, "tiled optimizer step: elements per tile (parallel.tile_elems)");
 
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
     if (cac) parallel.cac = true;
     if (reduce_scatter) parallel.reduce_scatter = true;
     if (no_zero1) parallel.zero1 = false;
+    if (whole_experts) parallel.split_experts = false;
     if (tile >= 0) parallel.tile_elems = tile;
     if (config.csv.empty())
       config.csv = "results/train/" + std::filesystem::path(config_path).stem().string() + ".csv";

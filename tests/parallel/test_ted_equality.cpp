@@ -1,9 +1,9 @@
 // TED on MPI ranks equals the single-process reference: for every layout (T, Ep, D) of the
 // launched rank count, every switch set (DTD, reduce-scatter, checkpointing, CAC, ZeRO-1 off,
-// tiled optimizer step) and top-1 / top-2 gating with drops and RTS, 3 optimizer steps give
-// per-step losses and a final parameter fingerprint within 1e-5 relative of the reference.
-// The global batch is the same for every layout (micro-batches per rank = G / DP), so one
-// reference run per gating serves them all; every rank computes it itself.
+// tiled optimizer step, experts not split over T) and top-1 / top-2 gating with drops and RTS, 3
+// optimizer steps give per-step losses and a final parameter fingerprint within 1e-5 relative of
+// the reference. The global batch is the same for every layout (micro-batches per rank = G / DP),
+// so one reference run per gating serves them all; every rank computes it itself.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -68,6 +68,7 @@ struct Switches {
   const char* name;
   bool dtd, reduce_scatter, checkpoint, cac, zero1;
   std::int64_t tile;
+  bool split_experts = true;
 };
 const Switches kSwitches[] = {
     {"baseline", false, false, false, false, true, 0},
@@ -78,6 +79,8 @@ const Switches kSwitches[] = {
     {"all: dtd+rs+checkpointing+cac+tiles", true, true, true, true, true, 7},
     {"no zero-1", false, false, false, false, false, 0},
     {"tiled optimizer (11 elements)", false, false, false, false, true, 11},
+    {"experts not split", false, false, false, false, true, 0, false},
+    {"experts not split + checkpointing + cac", false, false, true, true, true, 0, false},
 };
 
 }  // namespace
@@ -95,8 +98,8 @@ TEST_CASE("every layout and switch set equals the single-process reference") {
         auto config = tiny(G, top_k);
         const int dp = layout.expert * layout.data;
         config.data.micro_batches = G / dp;  // same global batch as the reference
-        config.parallel = {layout.tensor, layout.expert,     layout.data, sw.dtd,
-                           sw.cac,        sw.reduce_scatter, sw.zero1,    sw.tile};
+        config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
+                           sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
         config.model.checkpoint = sw.checkpoint;
         INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", rank "
                     << world.rank());

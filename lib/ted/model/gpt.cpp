@@ -65,9 +65,10 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
     ids.moe = config_.is_moe(l);
     if (ids.moe) {
       ids.gate_w = add(p + "moe.gate.w", {h, E}, ParamInit::normal, true);
-      ids.e_w1 = add(p + "moe.w1", {E, h, f}, ParamInit::normal, true, {experts, all, part(f)}, X);
-      ids.e_b1 = add(p + "moe.b1", {E, f}, ParamInit::zeros, false, {experts, part(f)}, X);
-      ids.e_w2 = add(p + "moe.w2", {E, f, h}, ParamInit::normal, true, {experts, part(f)}, X);
+      const DimSlice expert_f = parallel_.split_experts ? part(f) : all;
+      ids.e_w1 = add(p + "moe.w1", {E, h, f}, ParamInit::normal, true, {experts, all, expert_f}, X);
+      ids.e_b1 = add(p + "moe.b1", {E, f}, ParamInit::zeros, false, {experts, expert_f}, X);
+      ids.e_w2 = add(p + "moe.w2", {E, f, h}, ParamInit::normal, true, {experts, expert_f}, X);
       ids.e_b2 = add(p + "moe.b2", {E, h}, ParamInit::zeros, false, {experts}, X);
     } else {
       ids.fc1_w = add(p + "ffn.fc1.w", {h, f}, ParamInit::normal, true, {all, part(f)});
@@ -97,6 +98,7 @@ MoeExchange GptModel<T>::moe_exchange(bool recompute) const {
   x.tensor = T_ > 1 ? parallel_.tensor : nullptr;
   x.dtd = parallel_.dtd;
   x.reduce_scatter = parallel_.reduce_scatter;
+  x.split_experts = parallel_.split_experts;
   x.keep_stash = parallel_.cac && !recompute;
   x.reuse_stash = parallel_.cac && recompute;
   return x;
@@ -151,7 +153,8 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   double flops = 2.0 * N * h * 3 * hl + 2.0 * N * hl * h + 4.0 * B * Hl * S * S * (hl / Hl);
   if (ids.moe) {
     const int groups = B / group_sequences_, group_tokens = group_sequences_ * S;
-    const MoeShape shape{group_tokens, h, fl, config_.gate.experts};
+    const MoeShape shape{group_tokens, h, parallel_.split_experts ? fl : config_.ffn(),
+                         config_.gate.experts};
     const MoeExchange exchange = moe_exchange(recompute);
     a.moe.resize(groups);
     a.aux = 0;
@@ -208,7 +211,8 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   Tensor<T> d_ln2 = zeros<T>(device_, Nh);
   if (ids.moe) {  // its input gradient comes out whole: the layer reduces it internally
     const int groups = static_cast<int>(a.moe.size()), group_tokens = group_sequences_ * S;
-    const MoeShape shape{group_tokens, h, fl, config_.gate.experts};
+    const MoeShape shape{group_tokens, h, parallel_.split_experts ? fl : config_.ffn(),
+                         config_.gate.experts};
     MoeGrads<T> grads{P.grad(ids.gate_w), P.grad(ids.e_w1), P.grad(ids.e_b1), P.grad(ids.e_w2),
                       P.grad(ids.e_b2)};
     T aux_scale = loss_scale_ * T(config_.gate.aux_coeff) / T(groups);

@@ -42,7 +42,10 @@ struct ModelParallel {
   Communicator* expert = nullptr;  // expert parallelism, the all-to-alls (size Ep); null: Ep = 1
   bool dtd = false;                // Duplicate Token Dropping
   bool reduce_scatter = false;     // reduce-scatter instead of all-reduce + slice (needs dtd)
-  bool cac = false;                // communication-aware checkpointing (needs checkpointing)
+  bool cac = false;
+  // Experts tensor-parallel over T (TED). false: whole experts, each tensor rank running its
+  // 1/T share of the capacity; their gradients must then be summed over the tensor group.
+  bool split_experts = true;                // communication-aware checkpointing (needs checkpointing)
   std::size_t dense_pad = 1;       // flat-buffer padding: the data groups' sizes (ZeRO-1)
   std::size_t expert_pad = 1;
 };

@@ -24,10 +24,12 @@ int rank_of(const Communicator* comm) {
 // Geometry of one layer's exchange.
 struct Plan {
   int E, El, Ep, T, t, h, f, C, Cp, Cs;
-  bool slicing;  // DTD on a real tensor group: the all-to-alls carry capacity slice t only
+  bool slicing;  // on a real tensor group, the all-to-alls carry capacity slice t only
+  bool split;    // experts tensor-parallel (else whole experts on the slice)
   bool reduce_scatter;
   std::size_t blocks() const { return static_cast<std::size_t>(Ep) * El; }  // = E
   int sent_capacity() const { return slicing ? Cs : Cp; }
+  int expert_rows() const { return split ? Cp : sent_capacity(); }  // R
 };
 
 Plan make_plan(const MoeShape& shape, const MoeExchange& x, int capacity) {
@@ -40,8 +42,9 @@ Plan make_plan(const MoeShape& shape, const MoeExchange& x, int capacity) {
   p.h = shape.hidden;
   p.f = shape.ffn_local;
   p.C = capacity;
-  p.slicing = x.dtd && p.T > 1;
-  p.reduce_scatter = p.slicing && x.reduce_scatter;
+  p.split = x.split_experts || p.T == 1;
+  p.slicing = (x.dtd || !p.split) && p.T > 1;
+  p.reduce_scatter = p.slicing && p.split && x.reduce_scatter;
   p.Cp = p.slicing ? (capacity + p.T - 1) / p.T * p.T : capacity;
   p.Cs = p.slicing ? p.Cp / p.T : p.Cp;
   return p;
@@ -179,32 +182,35 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
   const T* arrived = exchange_cfg.reuse_stash || exchange_cfg.keep_stash
                          ? acts.dispatch_stash.data()
                          : received.data();
-  acts.expert_in = Tensor<T>(device, full);
-  if (p.slicing)
+  const int R = p.expert_rows();
+  const std::size_t rows = blocks * R * h;
+  acts.expert_in = Tensor<T>(device, rows);
+  if (p.slicing && p.split)
     gather_slices(device, exchange_cfg.tensor, arrived, acts.expert_in.data(), p, blocks);
   else
-    std::memcpy(acts.expert_in.data(), arrived, full * sizeof(T));
+    std::memcpy(acts.expert_in.data(), arrived, rows * sizeof(T));
 
   // Experts: W1 column-parallel, GeLU, W2 row-parallel (partial sums over the tensor group).
-  const std::size_t hidden_size = blocks * p.Cp * p.f;
+  const std::size_t hidden_size = blocks * R * p.f;
   acts.hidden = Tensor<T>(device, hidden_size);
   acts.activated = Tensor<T>(device, hidden_size);
-  Tensor<T> partial(device, full);
+  Tensor<T> partial(device, rows);
   for (std::size_t b = 0; b < blocks; ++b) {
     std::size_t le = b % static_cast<std::size_t>(p.El);
-    cpu::linear_forward<T>(acts.expert_in.data() + b * p.Cp * h, params.w1 + le * h * p.f,
-                           params.b1 + le * p.f, acts.hidden.data() + b * p.Cp * p.f, p.Cp, h, p.f);
-    cpu::gelu_forward<T>(acts.hidden.data() + b * p.Cp * p.f,
-                         acts.activated.data() + b * p.Cp * p.f,
-                         static_cast<std::int64_t>(p.Cp) * p.f);
-    cpu::linear_forward<T>(acts.activated.data() + b * p.Cp * p.f, params.w2 + le * p.f * h,
-                           nullptr, partial.data() + b * p.Cp * h, p.Cp, p.f, h);
+    cpu::linear_forward<T>(acts.expert_in.data() + b * R * h, params.w1 + le * h * p.f,
+                           params.b1 + le * p.f, acts.hidden.data() + b * R * p.f, R, h, p.f);
+    cpu::gelu_forward<T>(acts.hidden.data() + b * R * p.f, acts.activated.data() + b * R * p.f,
+                         static_cast<std::int64_t>(R) * p.f);
+    cpu::linear_forward<T>(acts.activated.data() + b * R * p.f, params.w2 + le * p.f * h, nullptr,
+                           partial.data() + b * R * h, R, p.f, h);
   }
 
   // Reduce over the tensor group and send back: [Ep, El, Cx, h] -> [E, Cx, h].
   Tensor<T> back;
   const T* to_return = partial.data();
-  if (p.reduce_scatter) {
+  if (!p.split) {  // whole experts on my slice: nothing to reduce
+    add_expert_bias(partial.data(), params.b2, p, blocks, R);
+  } else if (p.reduce_scatter) {
     MemoryScope scope(device, MemoryCategory::communication);
     back = Tensor<T>(device, sent);
     reduce_scatter_slices(device, exchange_cfg.tensor, partial.data(), back.data(), p, blocks);
@@ -293,31 +299,35 @@ void moe_backward(Device& device, const T* x, const T* dy, T* dx, const MoeShape
   else
     std::memcpy(d_slice.data(), d_returned.data(), full * sizeof(T));
   exchange(exchange_cfg.expert, d_slice.data(), d_back.data(), sent / p.Ep, p.Ep);
-  Tensor<T> d_out(device, full);
-  if (p.slicing)
+  const int R = p.expert_rows();
+  const std::size_t rows = blocks * R * h;
+  Tensor<T> d_out(device, rows);
+  if (p.slicing && p.split)
     gather_slices(device, exchange_cfg.tensor, d_back.data(), d_out.data(), p, blocks);
   else
-    std::memcpy(d_out.data(), d_back.data(), full * sizeof(T));
+    std::memcpy(d_out.data(), d_back.data(), rows * sizeof(T));
 
   // Experts backward.
-  Tensor<T> d_hidden(device, blocks * p.Cp * p.f), d_in = zeros<T>(device, full);
+  Tensor<T> d_hidden(device, blocks * R * p.f), d_in = zeros<T>(device, rows);
   for (std::size_t b = 0; b < blocks; ++b) {
     std::size_t le = b % static_cast<std::size_t>(p.El);
-    T* dh = d_hidden.data() + b * p.Cp * p.f;
-    std::fill(dh, dh + static_cast<std::size_t>(p.Cp) * p.f, T(0));
-    cpu::linear_backward<T>(acts.activated.data() + b * p.Cp * p.f, params.w2 + le * p.f * h,
-                            d_out.data() + b * p.Cp * h, dh, grads.w2 + le * p.f * h,
-                            grads.b2 + le * h, p.Cp, p.f, h);
-    cpu::gelu_backward<T>(acts.hidden.data() + b * p.Cp * p.f, dh, dh,
-                          static_cast<std::int64_t>(p.Cp) * p.f);
-    cpu::linear_backward<T>(acts.expert_in.data() + b * p.Cp * h, params.w1 + le * h * p.f, dh,
-                            d_in.data() + b * p.Cp * h, grads.w1 + le * h * p.f,
-                            grads.b1 + le * p.f, p.Cp, h, p.f);
+    T* dh = d_hidden.data() + b * R * p.f;
+    std::fill(dh, dh + static_cast<std::size_t>(R) * p.f, T(0));
+    cpu::linear_backward<T>(acts.activated.data() + b * R * p.f, params.w2 + le * p.f * h,
+                            d_out.data() + b * R * h, dh, grads.w2 + le * p.f * h,
+                            grads.b2 + le * h, R, p.f, h);
+    cpu::gelu_backward<T>(acts.hidden.data() + b * R * p.f, dh, dh,
+                          static_cast<std::int64_t>(R) * p.f);
+    cpu::linear_backward<T>(acts.expert_in.data() + b * R * h, params.w1 + le * h * p.f, dh,
+                            d_in.data() + b * R * h, grads.w1 + le * h * p.f, grads.b1 + le * p.f,
+                            R, h, p.f);
   }
 
   // Dispatch exchange backward: sum the column-parallel input gradient over the tensor group,
   // my slice, all-to-all back, all-gather.
-  if (p.reduce_scatter) {
+  if (!p.split) {  // whole experts: the slice's input gradient is complete
+    std::memcpy(d_slice.data(), d_in.data(), rows * sizeof(T));
+  } else if (p.reduce_scatter) {
     reduce_scatter_slices(device, exchange_cfg.tensor, d_in.data(), d_slice.data(), p, blocks);
   } else {
     tensor_all_reduce(exchange_cfg.tensor, d_in.data(), full);

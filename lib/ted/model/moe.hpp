@@ -10,6 +10,10 @@
 //   DTD: before each all-to-all rank t keeps capacity slice t (C padded to a multiple of T), and
 //   an all-gather in the tensor group rebuilds the full buffer after it;
 //   reduce_scatter (with DTD): the expert output's all-reduce-then-slice is one reduce-scatter;
+//   split_experts = false: the experts are not tensor-parallel; each tensor rank sends its
+//   capacity slice (as DTD) and runs whole experts on it, with no tensor reduction; the
+//   all-gather after the return all-to-all rebuilds the buffer (the expert gradients then differ
+//   across the tensor group and must be summed there);
 //   CAC: the forward keeps both all-to-all outputs (the stash) and the checkpoint recompute
 //   takes them from there instead of communicating again.
 // Backward mirrors it: an all-to-all's gradient is an all-to-all, an all-gather's is taking
@@ -46,6 +50,7 @@ struct MoeExchange {
   Communicator* tensor = nullptr;  // expert tensor parallelism and DTD (size T); null: T = 1
   bool dtd = false;
   bool reduce_scatter = false;
+  bool split_experts = true;
   bool keep_stash = false;   // CAC, first forward: keep the all-to-all outputs
   bool reuse_stash = false;  // CAC, recompute: use them instead of communicating
 };
@@ -55,9 +60,9 @@ struct MoeActivations {
   Routing<T> routing;
   int padded_capacity = 0;   // capacity rounded up to a multiple of T under DTD
   Tensor<T> dispatched;      // [E, Cp, h]
-  Tensor<T> expert_in;       // [Ep, E/Ep, Cp, h] what this rank's experts compute on
-  Tensor<T> hidden;          // [Ep, E/Ep, Cp, f/T] before GeLU
-  Tensor<T> activated;       // [Ep, E/Ep, Cp, f/T]
+  Tensor<T> expert_in;  // [Ep, E/Ep, R, h] what this rank's experts compute on (R = Cp, or Cp/T unsplit)
+  Tensor<T> hidden;     // [Ep, E/Ep, R, f/T] before GeLU
+  Tensor<T> activated;  // [Ep, E/Ep, R, f/T]
   Tensor<T> returned;        // [E, Cp, h] expert outputs back at the tokens' rank
   Tensor<T> dispatch_stash;  // CAC: the dispatch all-to-all's output
   Tensor<T> return_stash;    // CAC: the return all-to-all's output
@@ -66,7 +71,7 @@ struct MoeActivations {
 struct MoeShape {
   int tokens;
   int hidden;
-  int ffn_local;  // f / T
+  int ffn_local;  // f / T (f when experts are not split)
   int experts;    // E, all of them
 };
 

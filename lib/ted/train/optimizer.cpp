@@ -67,7 +67,12 @@ double AdamW<T>::step(int step, int total_steps) {
   T* values = params_.values().data();
   const DataType dtype = dtype_of<T>::value;
 
-  // 1. Sum the gradients over each part's data group (reduce-scatter: only my shard).
+  // 1. Sum the gradients over each part's data group (reduce-scatter: only my shard); whole
+  // experts run by every tensor rank on its own token slice are summed over the tensor group.
+  if (parallel_.expert_tensor_group) {
+    auto [begin, size] = params_.range(model::ParamKind::expert);
+    parallel_.expert_tensor_group->all_reduce(grads + begin, grads + begin, size, dtype);
+  }
   std::vector<Tensor<T>> shard_grads(parts_.size());
   MemoryScope communication(device_, MemoryCategory::communication);
   for (std::size_t i = 0; i < parts_.size(); ++i) {

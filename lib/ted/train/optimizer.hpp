@@ -39,6 +39,8 @@ struct OptimizerParallel {
   Communicator* dense_group = nullptr;   // non-expert-data group; null: one process
   Communicator* expert_group = nullptr;  // expert-data group
   Communicator* world = nullptr;         // for the global gradient norm
+  // Experts not split over T: their gradients are summed over the tensor group first.
+  Communicator* expert_tensor_group = nullptr;
   bool tensor_rank0 = true;  // this rank counts the tensor-replicated tensors in the norm
   bool zero1 = true;
   std::size_t tile_elems = 0;  // 0: the whole shard at once

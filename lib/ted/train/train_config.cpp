@@ -52,6 +52,7 @@ ConfigSchema TrainConfig::schema() {
   s.add("parallel.reduce_scatter", &parallel.reduce_scatter);
   s.add("parallel.zero1", &parallel.zero1);
   s.add("parallel.tile_elems", &parallel.tile_elems);
+  s.add("parallel.split_experts", &parallel.split_experts);
   return s;
 }
 

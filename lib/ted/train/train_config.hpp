@@ -9,6 +9,7 @@
 //              micro_batches
 //   training:  steps seed log_every csv
 //   parallel:  tp ep dp (0: ranks / (tp * ep)) dtd cac reduce_scatter zero1 tile_elems
+//              split_experts
 #pragma once
 
 #include <string>
@@ -38,6 +39,7 @@ struct ParallelConfig {
   bool reduce_scatter = false;
   bool zero1 = true;
   std::int64_t tile_elems = 0;  // tiled optimizer step; 0 = the whole shard
+  bool split_experts = true;    // experts tensor-parallel; false: each tensor rank 1/T of tokens
 };
 
 struct TrainConfig {

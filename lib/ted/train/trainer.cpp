@@ -23,6 +23,7 @@ model::ModelParallel model_parallel(const ParallelConfig& p, TedGroups* groups) 
   m.dtd = p.dtd;
   m.reduce_scatter = p.reduce_scatter;
   m.cac = p.cac;
+  m.split_experts = p.split_experts;
   if (groups) {
     m.tensor = &groups->tensor();
     m.expert = &groups->expert();
@@ -41,6 +42,7 @@ OptimizerParallel optimizer_parallel(const ParallelConfig& p, TedGroups* groups)
     o.expert_group = &groups->expert_data();
     o.world = &groups->world();
     o.tensor_rank0 = groups->tensor().rank() == 0;
+    if (!p.split_experts && groups->tensor().size() > 1) o.expert_tensor_group = &groups->tensor();
   }
   return o;
 }
