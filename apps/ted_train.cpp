@@ -16,9 +16,11 @@
 
 #include "ted/app/app_main.hpp"
 #include "ted/backend/device.hpp"
+#include "ted/backend/memory.hpp"
 #include "ted/core/csv.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
+#include "ted/core/units.hpp"
 #include "ted/grid/ted_groups.hpp"
 #include "ted/train/trainer.hpp"
 
@@ -102,7 +104,9 @@ int main(int argc, char** argv) {
     parallel.dp = layout.data;
     const bool rank0 = mpi.world_rank() == 0;
 
-    auto device = ted::make_cpu_device();
+    auto cpu = ted::make_cpu_device();
+    ted::TrackingDevice tracked(*cpu);  // peak bytes per category, for the CSV
+    ted::Device* device = &tracked;
     auto world = ted::MpiCommunicator::world(nullptr);
     ted::ProcessGrid grid(mpi.world_size(), layout);
     ted::TedGroups groups(*world, grid);
@@ -154,6 +158,9 @@ int main(int argc, char** argv) {
       for (auto kind : kLedgerGroups)
         columns.push_back(std::string(ted::to_string(op)) + "_" +
                           std::string(ted::to_string(kind)) + "_bytes");
+    for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c)
+      columns.push_back("peak_" + std::string(ted::to_string(static_cast<ted::MemoryCategory>(c))) +
+                        "_bytes");
     for (const char* name : {"fingerprint", "git_revision", "command"}) columns.push_back(name);
     ted::CsvTable table(columns);
     const std::string command = ted::command_line(argc, argv);
@@ -188,6 +195,9 @@ int main(int argc, char** argv) {
       for (auto op : kLedgerOps)
         for (auto kind : kLedgerGroups)
           table.add(static_cast<unsigned long long>(ledger.total(op, kind).bytes_sent));
+      for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c)
+        table.add(static_cast<unsigned long long>(
+            tracked.usage(static_cast<ted::MemoryCategory>(c)).peak));
       table.add("").add(ted::git_revision()).add(command);  // fingerprint: last row only
       if (rank0 && (step % config.log_every == 0 || step + 1 == config.steps)) {
         std::printf(
@@ -204,6 +214,13 @@ int main(int argc, char** argv) {
       std::snprintf(text, sizeof text, "%.9e", fingerprint);
       table.set_last(columns.size() - 3, text);
       table.write_atomic(config.csv);
+      std::printf("# peak memory on rank 0:");
+      for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {
+        auto category = static_cast<ted::MemoryCategory>(c);
+        std::printf(" %s %s%s", std::string(ted::to_string(category)).c_str(),
+                    ted::format_bytes(tracked.usage(category).peak).c_str(),
+                    c + 1 < ted::kMemoryCategoryCount ? "," : "\n");
+      }
       std::printf("# loss %.4f -> %.4f (ratio %.3f)\n# fingerprint %s\n# CSV: %s\n", first_loss,
                   last_loss, last_loss / first_loss, text, config.csv.c_str());
     }
