@@ -82,6 +82,60 @@ void ConfigSchema::add(const std::string& key, std::string* target) {
                   [target] { return *target; }});
 }
 
+void ConfigSchema::add(const std::string& key, std::vector<int>* target) {
+  Entry entry{"a list of integers",
+              [target](const std::string& text) {
+                std::vector<int> values;
+                std::size_t start = 0;
+                while (true) {
+                  std::size_t comma = text.find(',', start);
+                  std::string item = text.substr(
+                      start, comma == std::string::npos ? std::string::npos : comma - start);
+                  int value = 0;
+                  if (!parse_integer(item, &value)) return false;
+                  values.push_back(value);
+                  if (comma == std::string::npos) break;
+                  start = comma + 1;
+                }
+                *target = values;
+                return true;
+              },
+              [target] {
+                std::string text;
+                for (std::size_t i = 0; i < target->size(); ++i)
+                  text += (i ? "," : "") + std::to_string((*target)[i]);
+                return text;
+              }};
+  entry.list = true;
+  add_entry(key, entry);
+}
+
+void ConfigSchema::add(const std::string& key, std::vector<std::string>* target) {
+  Entry entry{"a list of strings",
+              [target](const std::string& text) {
+                std::vector<std::string> values;
+                std::size_t start = 0;
+                while (true) {
+                  std::size_t comma = text.find(',', start);
+                  values.push_back(text.substr(
+                      start, comma == std::string::npos ? std::string::npos : comma - start));
+                  if (values.back().empty()) return false;
+                  if (comma == std::string::npos) break;
+                  start = comma + 1;
+                }
+                *target = values;
+                return true;
+              },
+              [target] {
+                std::string text;
+                for (std::size_t i = 0; i < target->size(); ++i)
+                  text += (i ? "," : "") + (*target)[i];
+                return text;
+              }};
+  entry.list = true;
+  add_entry(key, entry);
+}
+
 void ConfigSchema::set_value(const std::string& key, const std::string& text,
                              const std::string& where) {
   auto it = entries_.find(key);
@@ -115,7 +169,17 @@ void ConfigSchema::load_yaml(const std::string& path) {
     for (const auto& item : node) {
       std::string key = prefix + item.first.as<std::string>();
       const YAML::Node& value = item.second;
-      if (value.IsMap()) {
+      auto known = entries_.find(key);
+      if (value.IsSequence() && known != entries_.end() && known->second.list) {
+        std::string joined;
+        for (std::size_t i = 0; i < value.size(); ++i) {
+          if (!value[i].IsScalar())
+            throw ConfigError(path + ": key '" + key + "' must be " + known->second.type +
+                              ", got a nested value");
+          joined += (i ? "," : "") + value[i].Scalar();
+        }
+        set_value(key, joined, path);
+      } else if (value.IsMap()) {
         walk(value, key + ".");
       } else if (value.IsScalar()) {
         set_value(key, value.Scalar(), path);

@@ -20,6 +20,9 @@ class ConfigSchema {
   void add(const std::string& key, double* target);
   void add(const std::string& key, bool* target);
   void add(const std::string& key, std::string* target);
+  // Lists: a YAML sequence of scalars ("[1, 2, 4]"), or on the command line "1,2,4".
+  void add(const std::string& key, std::vector<int>* target);
+  void add(const std::string& key, std::vector<std::string>* target);
 
   void load_yaml(const std::string& path);
   // "key=value"; `origin` names where it came from in messages (e.g. "--set").
@@ -32,9 +35,10 @@ class ConfigSchema {
 
  private:
   struct Entry {
-    std::string type;  // "an integer", "a number", "true or false", "a string"
+    std::string type;  // "an integer", "a number", "true or false", "a string", ...
     std::function<bool(const std::string&)> parse;
     std::function<std::string()> print;
+    bool list = false;
   };
   void add_entry(const std::string& key, Entry entry);
   std::map<std::string, Entry> entries_;

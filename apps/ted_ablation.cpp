@@ -1,0 +1,34 @@
+// ted_ablation: the paper's ablation (TED.md section 6) — TED-baseline, +DTD, +CAC, +both, and
+// our reduce-scatter variant, on one model and one layout. Per system: time per iteration split
+// into compute and communication, and the ledger's bytes per collective kind.
+//
+//   mpirun -np 4 --oversubscribe build/apps/ted_ablation -c experiments/ablation/cpu.yaml
+#include "ted/core/error.hpp"
+#include "ted/experiments/harness.hpp"
+
+using namespace ted::experiments;
+
+int main(int argc, char** argv) {
+  return experiment_main(
+      argc, argv, "ablation", "TED ablation: baseline, +DTD, +CAC, +both on one model and layout",
+      [](const ExperimentConfig& config, const std::string& where, int world_size) {
+        Plan plan;
+        ted::Layout layout;
+        int ranks = config.dp > 0 ? config.tp * config.ep * config.dp : world_size;
+        try {
+          layout = ted::resolve_layout(ranks, config.tp, config.ep, config.dp);
+        } catch (const ted::ConfigError& e) {
+          throw ted::ConfigError(where + ": keys 'layout.tp/ep/dp': " + e.what());
+        }
+        if (ranks > world_size) {
+          plan.skipped.push_back("skipping the ablation (" + layout.to_string() + "): needs " +
+                                 std::to_string(ranks) + " ranks, " + std::to_string(world_size) +
+                                 " launched");
+          return plan;
+        }
+        for (const auto& name : config.systems)
+          plan.points.push_back(
+              make_point(config, parse_system(name, where), layout, config.train));
+        return plan;
+      });
+}

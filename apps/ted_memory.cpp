@@ -1,0 +1,79 @@
+// ted_memory: memory per rank, measured by the tracking allocator (TED.md section 6).
+//  1. for each layout of the sweep (sweep.ranks/tp/ep), the base model's peak bytes per rank by
+//     category (parameters, gradients, optimizer state, activations, communication, CAC stash,
+//     optimizer temporaries), for every system;
+//  2. for a family of growing base models (family.hidden/heads/layers) on layout.*, which fit a
+//     per-rank budget (memory.budget_bytes), TED against DeepSpeed-MoE: the largest that fits.
+//
+//   mpirun -np 4 --oversubscribe build/apps/ted_memory -c experiments/memory/cpu.yaml
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "ted/core/error.hpp"
+#include "ted/core/units.hpp"
+#include "ted/experiments/harness.hpp"
+
+using namespace ted::experiments;
+
+int main(int argc, char** argv) {
+  auto planner = [](const ExperimentConfig& config, const std::string& where, int world_size) {
+    Plan plan = sweep_plan(config, where, world_size);
+    const auto& hidden = config.family_hidden;
+    if (hidden.empty()) return plan;
+    if (config.family_heads.size() != hidden.size() || config.family_layers.size() != hidden.size())
+      throw ted::ConfigError(where +
+                             ": keys 'family.hidden/heads/layers' must have one entry "
+                             "per model (" +
+                             std::to_string(hidden.size()) + ")");
+    if (config.budget_bytes <= 0)
+      throw ted::ConfigError(where + ": key 'memory.budget_bytes' must be positive with a family");
+    ted::Layout layout;
+    int ranks = config.dp > 0 ? config.tp * config.ep * config.dp : world_size;
+    try {
+      layout = ted::resolve_layout(ranks, config.tp, config.ep, config.dp);
+    } catch (const ted::ConfigError& e) {
+      throw ted::ConfigError(where + ": keys 'layout.tp/ep/dp': " + e.what());
+    }
+    if (ranks > world_size) {
+      plan.skipped.push_back("skipping the model family (" + layout.to_string() + "): needs " +
+                             std::to_string(ranks) + " ranks");
+      return plan;
+    }
+    for (std::size_t i = 0; i < hidden.size(); ++i) {
+      ted::train::TrainConfig train = config.train;
+      train.model.hidden = hidden[i];
+      train.model.heads = config.family_heads[i];
+      train.model.layers = config.family_layers[i];
+      try {
+        train.model.validate();
+      } catch (const ted::ConfigError& e) {
+        throw ted::ConfigError(where + ": keys 'family.*', model " + std::to_string(i + 1) + ": " +
+                               e.what());
+      }
+      for (const auto& name : config.systems) {
+        Point point = make_point(config, parse_system(name, where), layout, train);
+        point.budget = config.budget_bytes;
+        plan.points.push_back(point);
+      }
+    }
+    return plan;
+  };
+  auto summary = [](const std::vector<Point>& points, const std::vector<Result>& results) {
+    std::map<std::string, std::pair<std::uint64_t, std::string>> largest;  // system -> model
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      if (points[i].budget < 0) continue;
+      auto& best = largest[points[i].system.name];
+      if (results[i].peak_total <= static_cast<std::size_t>(points[i].budget) &&
+          results[i].parameters > best.first)
+        best = {results[i].parameters, points[i].model_name};
+    }
+    for (const auto& [system, best] : largest)
+      std::printf("# largest base model within the budget: %-14s %s (%llu parameters)\n",
+                  system.c_str(), best.first ? best.second.c_str() : "none fits",
+                  static_cast<unsigned long long>(best.first));
+  };
+  return experiment_main(argc, argv, "memory",
+                         "Memory per rank by category, and the largest model within a budget",
+                         planner, summary);
+}

@@ -1,0 +1,426 @@
+#include "ted/experiments/harness.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ted/app/app_main.hpp"
+#include "ted/comm/mpi_communicator.hpp"
+#include "ted/core/error.hpp"
+#include "ted/core/git_revision.hpp"
+#include "ted/core/units.hpp"
+#include "ted/grid/ted_groups.hpp"
+#include "ted/train/trainer.hpp"
+
+namespace ted::experiments {
+
+ConfigSchema ExperimentConfig::schema() {
+  ConfigSchema s = train.schema();
+  s.add("experiment", &experiment);
+  s.add("run.warmup", &warmup);
+  s.add("run.iters", &iters);
+  s.add("run.backend", &backend);
+  s.add("run.dtype", &dtype);
+  s.add("run.csv", &csv);
+  s.add("layout.tp", &tp);
+  s.add("layout.ep", &ep);
+  s.add("layout.dp", &dp);
+  s.add("systems", &systems);
+  s.add("sweep.ranks", &sweep_ranks);
+  s.add("sweep.tp", &sweep_tp);
+  s.add("sweep.ep", &sweep_ep);
+  s.add("sweep.hidden", &sweep_hidden);
+  s.add("sweep.heads", &sweep_heads);
+  s.add("sweep.layers", &sweep_layers);
+  s.add("family.hidden", &family_hidden);
+  s.add("family.heads", &family_heads);
+  s.add("family.layers", &family_layers);
+  s.add("memory.budget_bytes", &budget_bytes);
+  return s;
+}
+
+System parse_system(const std::string& name, const std::string& where) {
+  System s;
+  s.name = name;
+  if (name == "deepspeed-moe") {
+    s.tensor_parallel = false;
+  } else if (name == "ted") {
+    s.dtd = s.cac = true;
+  } else if (name == "ted-baseline") {
+  } else if (name.rfind("ted+", 0) == 0) {
+    std::string rest = name.substr(4);
+    std::size_t start = 0;
+    while (start <= rest.size()) {
+      std::size_t plus = rest.find('+', start);
+      std::string part = rest.substr(start, plus == std::string::npos ? plus : plus - start);
+      if (part == "dtd")
+        s.dtd = true;
+      else if (part == "cac")
+        s.cac = true;
+      else if (part == "rs")
+        s.reduce_scatter = true;
+      else
+        throw ConfigError(where + ": system '" + name + "' has an unknown part '" + part +
+                          "' (expected dtd, cac or rs)");
+      if (plus == std::string::npos) break;
+      start = plus + 1;
+    }
+    if (s.reduce_scatter && !s.dtd)
+      throw ConfigError(where + ": system '" + name + "': rs needs dtd");
+  } else {
+    throw ConfigError(where + ": unknown system '" + name +
+                      "' (expected deepspeed-moe, ted-baseline, ted, or ted+dtd/+cac/+rs)");
+  }
+  return s;
+}
+
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
+                             const std::string& experiment) {
+  ExperimentConfig c;
+  ConfigSchema schema = c.schema();
+  schema.load_yaml(path);
+  for (const auto& assignment : overrides) schema.set(assignment);
+  const std::string where = path + (overrides.empty() ? "" : " with --set");
+  auto fail = [&](const std::string& what) { throw ConfigError(where + ": " + what); };
+  if (c.experiment != experiment)
+    fail("key 'experiment' must be '" + experiment + "' for this program, got '" + c.experiment +
+         "'");
+  if (c.backend != "cpu")
+    fail("key 'run.backend' is '" + c.backend +
+         "', but this build runs the model on the CPU backend only (the CUDA model backend is "
+         "not built yet); use cpu");
+  if (c.dtype != "fp32")
+    fail("key 'run.dtype' is '" + c.dtype + "', but the CPU backend trains in fp32");
+  if (c.warmup < 0) fail("key 'run.warmup' must not be negative");
+  if (c.iters < 0) fail("key 'run.iters' must not be negative");
+  if (c.systems.empty()) fail("key 'systems' must list at least one system");
+  for (const auto& name : c.systems) parse_system(name, where + ", key 'systems'");
+  try {
+    c.train.validate();
+  } catch (const ConfigError& e) {
+    fail(e.what());
+  }
+  return c;
+}
+
+Point make_point(const ExperimentConfig& config, const System& system, Layout layout,
+                 const train::TrainConfig& base) {
+  Point p;
+  p.system = system;
+  if (!system.tensor_parallel) {  // DeepSpeed-MoE: the tensor ranks become data ranks
+    layout.data *= layout.tensor;
+    layout.tensor = 1;
+  }
+  p.layout = layout;
+  p.train = base;
+  auto& par = p.train.parallel;
+  par.tp = layout.tensor;
+  par.ep = layout.expert;
+  par.dp = layout.data;
+  par.dtd = system.dtd;
+  par.cac = system.cac;
+  par.reduce_scatter = system.reduce_scatter;
+  if (system.cac) p.train.model.checkpoint = true;
+  p.train.steps = std::max(1, config.warmup + config.iters);
+  const auto& m = p.train.model;
+  p.model_name = "h" + std::to_string(m.hidden) + "-L" + std::to_string(m.layers) + "-E" +
+                 std::to_string(m.gate.experts);
+  return p;
+}
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+constexpr CollectiveOp kOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_gather,
+                                  CollectiveOp::reduce_scatter, CollectiveOp::all_to_all};
+constexpr GroupKind kGroups[4] = {GroupKind::tensor, GroupKind::expert, GroupKind::expert_data,
+                                  GroupKind::nonexpert_data};
+}  // namespace
+
+Result measure(const Point& point, Communicator& world, int warmup, int iters) {
+  const int G = point.layout.world_size();
+  TED_CHECK(G <= world.size(), "point needs more ranks than launched");
+  const bool active = world.rank() < G;
+  auto ranks = world.split(active ? 0 : 1, world.rank(), GroupKind::custom);
+  Result result;
+  if (active) {
+    auto cpu = make_cpu_device();
+    TrackingDevice device(*cpu);
+    ProcessGrid grid(G, point.layout);
+    TedGroups groups(*ranks, grid);
+    Ledger ledger;
+    for (auto kind : kGroups) groups.group(kind).set_ledger(&ledger);
+    train::Trainer trainer(point.train, device, G > 1 ? &groups : nullptr);
+    const int steps = iters == 0 ? 1 : warmup + iters;
+    std::vector<double> times, comms;
+    double flops = 0;
+    for (int step = 0; step < steps; ++step) {
+      ledger.clear();
+      ranks->barrier();
+      double start = now();
+      auto record = trainer.step(step);
+      double measured[2] = {now() - start, ledger.total().seconds};
+      ranks->all_reduce(measured, measured, 2, DataType::f64, ReduceOp::max);
+      result.final_loss = record.loss;
+      if (iters > 0 && step >= warmup) {
+        times.push_back(measured[0] * 1e3);
+        comms.push_back(measured[1] * 1e3);
+        flops = record.flops;
+      }
+    }
+    for (int i = 0; i < 4; ++i)
+      for (auto kind : kGroups) result.bytes_sent[i] += ledger.total(kOps[i], kind).bytes_sent;
+    result.all_to_all_calls = ledger.total(CollectiveOp::all_to_all, GroupKind::expert).calls;
+    for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
+      result.peak[c] = device.usage(static_cast<MemoryCategory>(c)).peak;
+    result.peak_total = device.total().peak;
+    std::uint64_t peaks[kMemoryCategoryCount + 1];
+    for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) peaks[c] = result.peak[c];
+    peaks[kMemoryCategoryCount] = result.peak_total;
+    ranks->all_reduce(peaks, peaks, kMemoryCategoryCount + 1, DataType::i64, ReduceOp::max);
+    for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) result.peak[c] = peaks[c];
+    result.peak_total = peaks[kMemoryCategoryCount];
+    ranks->all_reduce(&flops, &flops, 1, DataType::f64);  // summed over ranks
+    for (const auto& spec : trainer.model().params().specs()) {
+      std::uint64_t n = 1;
+      for (int d : spec.shape) n *= static_cast<std::uint64_t>(d);
+      result.parameters += n;
+    }
+    if (!times.empty()) {
+      result.time_ms = summarize(times);
+      result.comm_ms = percentile(comms, 50);
+      result.compute_ms = result.time_ms.median - result.comm_ms;
+      const auto& t = point.train;
+      double tokens = static_cast<double>(t.data.micro_batch) * t.data.micro_batches *
+                      point.layout.expert * point.layout.data * t.model.seq_len;
+      result.tokens_per_s = tokens / (result.time_ms.median * 1e-3);
+      result.tflops_per_rank = flops / G / (result.time_ms.median * 1e-3) / 1e12;
+    }
+  }
+  world.barrier();
+  return result;
+}
+
+CsvTable result_table() {
+  std::vector<std::string> columns = {"experiment",
+                                      "system",
+                                      "G",
+                                      "T",
+                                      "Ep",
+                                      "D",
+                                      "model",
+                                      "layers",
+                                      "hidden",
+                                      "heads",
+                                      "experts",
+                                      "top_k",
+                                      "parameters",
+                                      "seq_len",
+                                      "micro_batch",
+                                      "micro_batches",
+                                      "backend",
+                                      "dtype",
+                                      "checkpoint",
+                                      "dtd",
+                                      "cac",
+                                      "reduce_scatter",
+                                      "warmup",
+                                      "iters",
+                                      "time_ms_median",
+                                      "time_ms_p10",
+                                      "time_ms_p90",
+                                      "compute_ms",
+                                      "comm_ms",
+                                      "tokens_per_s",
+                                      "tflops_per_rank",
+                                      "all_reduce_bytes",
+                                      "all_gather_bytes",
+                                      "reduce_scatter_bytes",
+                                      "all_to_all_bytes",
+                                      "all_to_all_calls"};
+  for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
+    columns.push_back("peak_" + std::string(to_string(static_cast<MemoryCategory>(c))) + "_bytes");
+  for (const char* name :
+       {"peak_total_bytes", "budget_bytes", "fits", "final_loss", "git_revision", "command"})
+    columns.push_back(name);
+  return CsvTable(columns);
+}
+
+void add_result(CsvTable& table, const ExperimentConfig& config, const Point& point,
+                const Result& r, const std::string& command) {
+  const std::int64_t budget = point.budget;
+  const auto& m = point.train.model;
+  const auto& par = point.train.parallel;
+  table.row()
+      .add(config.experiment)
+      .add(point.system.name)
+      .add(point.layout.world_size())
+      .add(point.layout.tensor)
+      .add(point.layout.expert)
+      .add(point.layout.data)
+      .add(point.model_name)
+      .add(m.layers)
+      .add(m.hidden)
+      .add(m.heads)
+      .add(m.gate.experts)
+      .add(m.gate.top_k)
+      .add(static_cast<unsigned long long>(r.parameters))
+      .add(m.seq_len)
+      .add(point.train.data.micro_batch)
+      .add(point.train.data.micro_batches)
+      .add(config.backend)
+      .add(config.dtype)
+      .add(int(m.checkpoint))
+      .add(int(par.dtd))
+      .add(int(par.cac))
+      .add(int(par.reduce_scatter))
+      .add(config.warmup)
+      .add(config.iters)
+      .add(r.time_ms.median)
+      .add(r.time_ms.p10)
+      .add(r.time_ms.p90)
+      .add(r.compute_ms)
+      .add(r.comm_ms)
+      .add(r.tokens_per_s)
+      .add(r.tflops_per_rank);
+  for (auto bytes : r.bytes_sent) table.add(static_cast<unsigned long long>(bytes));
+  table.add(static_cast<unsigned long long>(r.all_to_all_calls));
+  for (auto peak : r.peak) table.add(static_cast<unsigned long long>(peak));
+  table.add(static_cast<unsigned long long>(r.peak_total));
+  if (budget >= 0)
+    table.add(static_cast<long long>(budget))
+        .add(int(r.peak_total <= static_cast<std::size_t>(budget)));
+  else
+    table.add("").add("");
+  table.add(r.final_loss).add(git_revision()).add(command);
+}
+
+void append_rows(const CsvTable& table, const std::string& path) {
+  std::string fresh = table.to_string();
+  std::string header = fresh.substr(0, fresh.find('\n') + 1);
+  std::string text = fresh;
+  std::ifstream existing(path);
+  if (existing) {
+    std::stringstream old;
+    old << existing.rdbuf();
+    std::string previous = old.str();
+    if (previous.rfind(header, 0) != 0)
+      throw ConfigError(path + " exists with other columns; choose another run.csv or move it");
+    if (!previous.empty() && previous.back() != '\n') previous += '\n';
+    text = previous + fresh.substr(header.size());
+  }
+  write_file_atomic(path, text);
+}
+
+Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
+  auto fail = [&](const std::string& what) { throw ConfigError(where + ": " + what); };
+  const auto& ranks = config.sweep_ranks;
+  if (ranks.empty()) fail("key 'sweep.ranks' must list the rank count of every point");
+  auto check_length = [&](const char* key, const std::vector<int>& list, bool required) {
+    if ((required || !list.empty()) && list.size() != ranks.size())
+      fail("key '" + std::string(key) + "' has " + std::to_string(list.size()) +
+           " entries, but 'sweep.ranks' has " + std::to_string(ranks.size()) +
+           " (one entry per point)");
+  };
+  check_length("sweep.tp", config.sweep_tp, true);
+  check_length("sweep.ep", config.sweep_ep, true);
+  check_length("sweep.hidden", config.sweep_hidden, false);
+  check_length("sweep.heads", config.sweep_heads, false);
+  check_length("sweep.layers", config.sweep_layers, false);
+  Plan plan;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const std::string point = "sweep point " + std::to_string(i + 1);
+    Layout layout;
+    try {
+      layout = resolve_layout(ranks[i], config.sweep_tp[i], config.sweep_ep[i], 0);
+    } catch (const ConfigError& e) {
+      fail("keys 'sweep.ranks/tp/ep', " + point + ": " + e.what());
+    }
+    train::TrainConfig train = config.train;
+    if (!config.sweep_hidden.empty()) train.model.hidden = config.sweep_hidden[i];
+    if (!config.sweep_heads.empty()) train.model.heads = config.sweep_heads[i];
+    if (!config.sweep_layers.empty()) train.model.layers = config.sweep_layers[i];
+    try {
+      train.model.validate();
+    } catch (const ConfigError& e) {
+      fail("keys 'sweep.hidden/heads/layers', " + point + ": " + e.what());
+    }
+    if (ranks[i] > world_size) {
+      plan.skipped.push_back("skipping " + point + " (G=" + std::to_string(ranks[i]) + ", " +
+                             layout.to_string() + "): needs " + std::to_string(ranks[i]) +
+                             " ranks, " + std::to_string(world_size) + " launched");
+      continue;
+    }
+    for (const auto& name : config.systems)
+      plan.points.push_back(make_point(config, parse_system(name, where), layout, train));
+  }
+  return plan;
+}
+
+int experiment_main(int argc, char** argv, const std::string& experiment,
+                    const std::string& description, const Planner& planner,
+                    const Summary& summary) {
+  CLI::App app{description, "ted_" + experiment};
+  std::string config_path, csv;
+  std::vector<std::string> overrides;
+  int iters = -1;
+  app.add_option("-c,--config", config_path, "experiment YAML (experiments/" + experiment + "/)")
+      ->required();
+  app.add_option("--set", overrides, "override a key: section.key=value (repeatable)");
+  app.add_option("--iters", iters, "timed iterations (0: correctness only, one untimed step)");
+  app.add_option("--csv", csv, "CSV to append to (overrides run.csv)");
+  return run_app(argc, argv, app, [&](MpiSession& mpi) {
+    ExperimentConfig config = load_config(config_path, overrides, experiment);
+    if (iters >= 0) config.iters = iters;
+    if (!csv.empty()) config.csv = csv;
+    if (config.csv.empty())
+      config.csv = "results/" + experiment + "/" +
+                   std::filesystem::path(config_path).stem().string() + ".csv";
+    const std::string where = config_path + (overrides.empty() ? "" : " with --set");
+    Plan plan = planner(config, where, mpi.world_size());
+    const bool rank0 = mpi.world_rank() == 0;
+    if (rank0) {
+      std::printf("# ted_%s %s: %s, %zu points on %d ranks, warm-up %d, timed %d\n",
+                  experiment.c_str(), std::string(git_revision()).c_str(), config_path.c_str(),
+                  plan.points.size(), mpi.world_size(), config.warmup, config.iters);
+      for (const auto& line : plan.skipped) std::printf("# %s\n", line.c_str());
+    }
+    auto world = MpiCommunicator::world(nullptr);
+    const std::string command = command_line(argc, argv);
+    CsvTable table = result_table();
+    std::vector<Result> results;
+    for (std::size_t i = 0; i < plan.points.size(); ++i) {
+      results.push_back(measure(plan.points[i], *world, config.warmup, config.iters));
+      if (rank0) {
+        print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()), plan.points[i],
+                       results.back());
+        add_result(table, config, plan.points[i], results.back(), command);
+      }
+    }
+    if (rank0 && table.rows() == 0) std::printf("# nothing measured: no CSV written\n");
+    if (rank0 && table.rows() > 0) {
+      if (summary) summary(plan.points, results);
+      append_rows(table, config.csv);
+      std::printf("# CSV: %s (%zu rows appended)\n", config.csv.c_str(), table.rows());
+    }
+    return 0;
+  });
+}
+
+void print_progress(int index, int count, const Point& point, const Result& r) {
+  std::printf("[%d/%d] %-16s G=%-3d %-14s %-12s ", index + 1, count, point.system.name.c_str(),
+              point.layout.world_size(), point.layout.to_string().c_str(),
+              point.model_name.c_str());
+  if (r.time_ms.median > 0)
+    std::printf("%9.2f ms/iter (p10 %.2f p90 %.2f) comm %.2f ms, %.3g tok/s, ", r.time_ms.median,
+                r.time_ms.p10, r.time_ms.p90, r.comm_ms, r.tokens_per_s);
+  std::printf("a2a %s x %llu, peak %s, loss %.4f\n", format_bytes(r.bytes_sent[3]).c_str(),
+              static_cast<unsigned long long>(r.all_to_all_calls),
+              format_bytes(r.peak_total).c_str(), r.final_loss);
+  std::fflush(stdout);
+}
+
+}  // namespace ted::experiments

@@ -1,0 +1,129 @@
+// The one harness behind every experiment executable (STYLE.md point 1): its YAML config, the
+// systems it compares, measuring one configuration (warm-up, timed iterations, median/p10/p90,
+// ledger bytes, allocator peaks, final loss), the progress line, and the CSV row.
+//
+// YAML (every section optional except what an experiment needs):
+//   experiment: ablation | weak_scaling | strong_scaling | memory   (must match the program)
+//   model, gating, optimizer, data: as the training driver (lib/ted/train/train_config.hpp)
+//   run:     warmup iters backend (cpu | cuda) dtype (fp32 | fp16 | bf16) csv
+//   layout:  tp ep dp                    the layout of ablation and memory
+//   systems: [ted-baseline, ted+dtd, ...] (see parse_system)
+//   sweep:   ranks tp ep hidden heads layers   (lists, one entry per point)
+//   family:  hidden heads layers                 (lists) the memory experiment's base models
+//   memory:  budget_bytes
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ted/backend/memory.hpp"
+#include "ted/comm/communicator.hpp"
+#include "ted/core/csv.hpp"
+#include "ted/core/stats.hpp"
+#include "ted/grid/process_grid.hpp"
+#include "ted/train/train_config.hpp"
+
+namespace ted::experiments {
+
+struct ExperimentConfig {
+  std::string experiment;
+  train::TrainConfig train;  // model, gating, optimizer, data (train.steps is unused)
+  int warmup = 1;
+  int iters = 5;
+  std::string backend = "cpu";
+  std::string dtype = "fp32";
+  std::string csv;
+  int tp = 1, ep = 1, dp = 0;
+  std::vector<std::string> systems;
+  std::vector<int> sweep_ranks, sweep_tp, sweep_ep, sweep_hidden, sweep_heads, sweep_layers;
+  std::vector<int> family_hidden, family_heads, family_layers;  // memory: growing base models
+  std::int64_t budget_bytes = 0;
+
+  ConfigSchema schema();
+};
+
+// Loads the YAML and the --set overrides, and checks everything every experiment needs: the
+// experiment name, the backend and dtype this build can run, the systems' names, and that the
+// sweep lists have one entry per point. Errors name the file and the key (ConfigError).
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
+                             const std::string& experiment);
+
+// A system of the paper (TED.md section 3): which layout family and which switches.
+//   deepspeed-moe   T = 1 (expert + data parallelism only)
+//   ted-baseline    TED without the optimisations
+//   ted             TED with DTD and CAC
+//   ted+dtd, ted+cac, ted+dtd+cac, ted+dtd+cac+rs   the ablation's steps (rs: reduce-scatter)
+struct System {
+  std::string name;
+  bool tensor_parallel = true;  // false: T forced to 1
+  bool dtd = false, cac = false, reduce_scatter = false;
+};
+System parse_system(const std::string& name, const std::string& where);
+
+// One configuration to measure.
+struct Point {
+  System system;
+  Layout layout;
+  train::TrainConfig train;  // with parallel.* and model.checkpoint set for the system
+  std::string model_name;    // e.g. "h64-L4-E8"
+  std::int64_t budget = -1;  // memory experiment: the per-rank budget this point is judged by
+};
+Point make_point(const ExperimentConfig& config, const System& system, Layout layout,
+                 const train::TrainConfig& train);
+
+struct Result {
+  Summary time_ms;
+  double comm_ms = 0;     // median over iterations of the slowest rank's collective time
+  double compute_ms = 0;  // median time minus comm
+  double tokens_per_s = 0;
+  double tflops_per_rank = 0;
+  double final_loss = 0;
+  std::uint64_t parameters = 0;      // of the whole model
+  std::uint64_t bytes_sent[4] = {};  // per rank per iteration: all_reduce, all_gather,
+                                     // reduce_scatter, all_to_all (rank 0, from the ledger)
+  std::uint64_t all_to_all_calls = 0;
+  std::size_t peak[kMemoryCategoryCount] = {};  // max over ranks
+  std::size_t peak_total = 0;
+};
+
+// Runs `point` on world ranks 0 .. G-1 (the others wait) for warmup + iters steps; iters = 0
+// is the correctness-only mode: one untimed step. Collective over `world`.
+Result measure(const Point& point, Communicator& world, int warmup, int iters);
+
+// The CSV of every experiment, and one row of it.
+CsvTable result_table();
+void add_result(CsvTable& table, const ExperimentConfig& config, const Point& point,
+                const Result& result, const std::string& command);
+// Appends the rows to `path` atomically (an existing file with the same header keeps its rows;
+// one with another header is an error rather than a mixed file).
+void append_rows(const CsvTable& table, const std::string& path);
+
+// Rank 0's progress line for point i of n.
+void print_progress(int index, int count, const Point& point, const Result& result);
+
+// What an experiment program plugs in: the points to measure for the ranks at hand (and a line
+// for each point that needs more ranks than launched), and what to say at the end.
+struct Plan {
+  std::vector<Point> points;
+  std::vector<std::string> skipped;
+};
+using Planner =
+    std::function<Plan(const ExperimentConfig& config, const std::string& where, int world_size)>;
+using Summary = std::function<void(const std::vector<Point>&, const std::vector<Result>&)>;
+
+// main() of an experiment program: options (-c config, --set, --iters, --csv), the config, the
+// plan, every point measured with a progress line on rank 0, the rows appended to the CSV
+// (default results/<experiment>/<config name>.csv), and the summary. Exit codes as run_app.
+int experiment_main(int argc, char** argv, const std::string& experiment,
+                    const std::string& description, const Planner& planner,
+                    const Summary& summary = {});
+
+// The sweep points of weak and strong scaling and of the memory experiment's layouts: one
+// layout per entry of sweep.ranks / sweep.tp / sweep.ep, the model changed by sweep.hidden /
+// heads / layers where given, every system at every point. Points needing more ranks than
+// launched are skipped with a line.
+Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+
+}  // namespace ted::experiments
