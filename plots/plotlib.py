@@ -29,3 +29,16 @@ def run(draw, doc):
     figure.savefig(output.with_suffix(".pdf"))
     print(f"wrote {output} and {output.with_suffix('.pdf')}")
     return 0
+
+
+def latest(rows, key_columns):
+    """The last row of every configuration (rows appended by later runs replace earlier ones),
+    in the order the configurations first appear."""
+    chosen = {}
+    for row in rows:
+        chosen[tuple(row[c] for c in key_columns)] = row
+    return list(chosen.values())
+
+
+def mib(value):
+    return float(value) / 2**20

@@ -50,3 +50,20 @@ ted_prepare() {
   ted_build
   ted_mpi_env
 }
+
+# Runs one experiment on 4 CPU ranks with experiments/<name>/cpu.yaml and draws its figure.
+ted_run_experiment() {  # <ablation | weak_scaling | strong_scaling | memory>
+  local name=$1 plot
+  case $name in
+    weak_scaling | strong_scaling) plot=plots/plot_scaling.py ;;
+    *) plot=plots/plot_$name.py ;;
+  esac
+  local csv=results/$name/cpu.csv figure=plots/${name}_cpu.png
+  echo "== $name on 4 ranks (oversubscribed on $(nproc) cores)"
+  # One BLAS and one kernel thread per rank: 4 ranks already oversubscribe the cores.
+  OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 mpirun -n 4 --oversubscribe -q \
+    "$TED_BUILD/apps/ted_$name" -c "experiments/$name/cpu.yaml" --csv "$csv"
+  /usr/bin/python3 "$plot" "$csv" "$figure"
+  echo "== CSV:    $TED_ROOT/$csv"
+  echo "== figure: $TED_ROOT/$figure (and .pdf)"
+}

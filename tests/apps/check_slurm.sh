@@ -15,9 +15,10 @@ dir=$(cd "$1" && pwd)
 for script in "$dir"/*.sbatch; do
   name=$(basename "$script")
   bash -n "$script" || { echo "FAIL: $name does not parse"; failures=$((failures + 1)); continue; }
-  out=$(env -u SLURM_JOB_ID PATH="$shims:$PATH" bash "$script" 2>&1) &&
+  out=$(env -u SLURM_JOB_ID -u TED_REPO PATH="$shims:$PATH" bash "$script" 2>&1) &&
     grep -q '^sbatch ' <<<"$out" || { echo "FAIL: $name outside a job: $out"; failures=$((failures + 1)); }
-  out=$(cd "$shims" && SLURM_JOB_ID=1 SLURM_SUBMIT_DIR="$shims" PATH="$shims:$PATH" bash "$script" 2>&1) &&
+  out=$(cd "$shims" && SLURM_JOB_ID=1 SLURM_SUBMIT_DIR="$shims" TED_REPO="$(dirname "$dir")" \
+    PATH="$shims:$PATH" bash "$script" 2>&1) &&
     grep -q '^srun ' <<<"$out" || { echo "FAIL: $name inside a job: $out"; failures=$((failures + 1)); }
   echo "checked $name"
 done

@@ -1,0 +1,55 @@
+#!/usr/bin/python3
+"""The ablation figure: time per iteration of each system split into computation and
+communication (median; whiskers p10-p90 of the total), and what the ledger says each moved:
+all-to-all bytes per rank per iteration and the number of all-to-alls.
+
+    /usr/bin/python3 plots/plot_ablation.py results/ablation/cpu.csv plots/ablation_cpu.png
+"""
+import sys
+
+from plotlib import latest, mib, read_rows, run  # first: selects the Agg backend
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def draw(inputs):
+    rows = latest([r for path in inputs for r in read_rows(path)],
+                  ["system", "G", "T", "Ep", "D", "model"])
+    names = [r["system"] for r in rows]
+    compute = [float(r["compute_ms"]) for r in rows]
+    comm = [float(r["comm_ms"]) for r in rows]
+    total = [float(r["time_ms_median"]) for r in rows]
+    low = [t - float(r["time_ms_p10"]) for t, r in zip(total, rows)]
+    high = [float(r["time_ms_p90"]) - t for t, r in zip(total, rows)]
+    figure, (times, moved) = plt.subplots(1, 2, figsize=(11, 4.8),
+                                          gridspec_kw={"width_ratios": [3, 2]})
+    x = range(len(rows))
+    times.bar(x, compute, label="computation", color="#4c72b0")
+    times.bar(x, comm, bottom=compute, label="communication (collectives)", color="#dd8452")
+    times.errorbar(x, total, yerr=[low, high], fmt="none", ecolor="black", capsize=4,
+                   label="p10-p90 of the total")
+    times.set_xticks(list(x))
+    times.set_xticklabels(names, rotation=20, ha="right", fontsize=9)
+    times.set_ylabel("time per iteration (ms, median)")
+    times.legend(fontsize=8)
+    times.grid(True, axis="y", alpha=0.3)
+
+    a2a = [mib(r["all_to_all_bytes"]) for r in rows]
+    bars = moved.bar(x, a2a, color="#55a868")
+    for bar, r in zip(bars, rows):
+        moved.annotate(f"{r['all_to_all_calls']} calls", (bar.get_x() + bar.get_width() / 2,
+                       bar.get_height()), ha="center", va="bottom", fontsize=8)
+    moved.set_xticks(list(x))
+    moved.set_xticklabels(names, rotation=20, ha="right", fontsize=9)
+    moved.set_ylabel("all-to-all bytes sent per rank per iteration (MiB)")
+    moved.grid(True, axis="y", alpha=0.3)
+    first = rows[0]
+    figure.suptitle(f"Ablation: {first['model']} ({first['parameters']} parameters), "
+                    f"G={first['G']} T={first['T']} Ep={first['Ep']} D={first['D']}, "
+                    f"{first['backend']} {first['dtype']}, revision {first['git_revision']}",
+                    fontsize=10)
+    return figure
+
+
+if __name__ == "__main__":
+    sys.exit(run(draw, __doc__))
