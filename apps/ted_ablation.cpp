@@ -14,18 +14,7 @@ int main(int argc, char** argv) {
       [](const ExperimentConfig& config, const std::string& where, int world_size) {
         Plan plan;
         ted::Layout layout;
-        int ranks = config.dp > 0 ? config.tp * config.ep * config.dp : world_size;
-        try {
-          layout = ted::resolve_layout(ranks, config.tp, config.ep, config.dp);
-        } catch (const ted::ConfigError& e) {
-          throw ted::ConfigError(where + ": keys 'layout.tp/ep/dp': " + e.what());
-        }
-        if (ranks > world_size) {
-          plan.skipped.push_back("skipping the ablation (" + layout.to_string() + "): needs " +
-                                 std::to_string(ranks) + " ranks, " + std::to_string(world_size) +
-                                 " launched");
-          return plan;
-        }
+        if (!fixed_layout(config, where, world_size, &layout, &plan.skipped)) return plan;
         for (const auto& name : config.systems)
           plan.points.push_back(
               make_point(config, parse_system(name, where), layout, config.train));

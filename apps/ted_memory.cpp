@@ -29,17 +29,7 @@ int main(int argc, char** argv) {
     if (config.budget_bytes <= 0)
       throw ted::ConfigError(where + ": key 'memory.budget_bytes' must be positive with a family");
     ted::Layout layout;
-    int ranks = config.dp > 0 ? config.tp * config.ep * config.dp : world_size;
-    try {
-      layout = ted::resolve_layout(ranks, config.tp, config.ep, config.dp);
-    } catch (const ted::ConfigError& e) {
-      throw ted::ConfigError(where + ": keys 'layout.tp/ep/dp': " + e.what());
-    }
-    if (ranks > world_size) {
-      plan.skipped.push_back("skipping the model family (" + layout.to_string() + "): needs " +
-                             std::to_string(ranks) + " ranks");
-      return plan;
-    }
+    if (!fixed_layout(config, where, world_size, &layout, &plan.skipped)) return plan;
     for (std::size_t i = 0; i < hidden.size(); ++i) {
       ted::train::TrainConfig train = config.train;
       train.model.hidden = hidden[i];

@@ -315,6 +315,20 @@ void append_rows(const CsvTable& table, const std::string& path) {
   write_file_atomic(path, text);
 }
 
+bool fixed_layout(const ExperimentConfig& config, const std::string& where, int world_size,
+                  Layout* layout, std::vector<std::string>* skipped) {
+  const int ranks = config.dp > 0 ? config.tp * config.ep * config.dp : world_size;
+  try {
+    *layout = resolve_layout(ranks, config.tp, config.ep, config.dp);
+  } catch (const ConfigError& e) {
+    throw ConfigError(where + ": keys 'layout.tp/ep/dp': " + e.what());
+  }
+  if (ranks <= world_size) return true;
+  skipped->push_back("skipping " + layout->to_string() + ": needs " + std::to_string(ranks) +
+                     " ranks, " + std::to_string(world_size) + " launched");
+  return false;
+}
+
 Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
   auto fail = [&](const std::string& what) { throw ConfigError(where + ": " + what); };
   const auto& ranks = config.sweep_ranks;

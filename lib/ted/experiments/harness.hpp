@@ -120,6 +120,12 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
                     const std::string& description, const Planner& planner,
                     const Summary& summary = {});
 
+// The layout of layout.tp/ep/dp (dp 0: all launched ranks). Returns false, with a line in
+// `skipped`, when it needs more ranks than launched; a layout that does not fit is a
+// ConfigError naming the keys.
+bool fixed_layout(const ExperimentConfig& config, const std::string& where, int world_size,
+                  Layout* layout, std::vector<std::string>* skipped);
+
 // The sweep points of weak and strong scaling and of the memory experiment's layouts: one
 // layout per entry of sweep.ranks / sweep.tp / sweep.ep, the model changed by sweep.hidden /
 // heads / layers where given, every system at every point. Points needing more ranks than

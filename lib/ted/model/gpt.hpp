@@ -45,8 +45,8 @@ struct ModelParallel {
   bool cac = false;
   // Experts tensor-parallel over T (TED). false: whole experts, each tensor rank running its
   // 1/T share of the capacity; their gradients must then be summed over the tensor group.
-  bool split_experts = true;                // communication-aware checkpointing (needs checkpointing)
-  std::size_t dense_pad = 1;       // flat-buffer padding: the data groups' sizes (ZeRO-1)
+  bool split_experts = true;  // communication-aware checkpointing (needs checkpointing)
+  std::size_t dense_pad = 1;  // flat-buffer padding: the data groups' sizes (ZeRO-1)
   std::size_t expert_pad = 1;
 };
 

@@ -135,6 +135,25 @@ void add_expert_bias(T* out, const T* b2, const Plan& p, std::size_t blocks, int
 
 }  // namespace
 
+// An all-to-all of the exchange, or under CAC its stash: the first forward keeps the output
+// (cac_stash), the recompute reads it instead of communicating. Returns where the data is;
+// `scratch` holds it when there is no stash.
+template <typename T>
+const T* all_to_all_or_stash(Device& device, const MoeExchange& x, const T* send, std::size_t count,
+                             int peers, Tensor<T>& stash, Tensor<T>& scratch) {
+  if (x.reuse_stash) {
+    TED_CHECK(stash.size() == count, "CAC recompute without a stash of the forward's all-to-all");
+    return stash.data();
+  }
+  MemoryScope scope(device,
+                    x.keep_stash ? MemoryCategory::cac_stash : MemoryCategory::communication);
+  scratch = Tensor<T>(device, count);
+  exchange(x.expert, send, scratch.data(), count / static_cast<std::size_t>(peers), peers);
+  if (!x.keep_stash) return scratch.data();
+  stash = std::move(scratch);
+  return stash.data();
+}
+
 template <typename T>
 T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const GateConfig& config,
               const RoutingKey& key, const MoeParams<T>& params, const MoeExchange& exchange_cfg,
@@ -162,8 +181,6 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
   // Dispatch exchange: [E, Cp, h] -> this rank's experts' [Ep, El, Cp, h].
   Tensor<T> send;
   const T* to_send = acts.dispatched.data();
-  const MemoryCategory received_category =
-      exchange_cfg.keep_stash ? MemoryCategory::cac_stash : MemoryCategory::communication;
   if (p.slicing) {
     MemoryScope scope(device, MemoryCategory::communication);
     send = Tensor<T>(device, sent);
@@ -171,17 +188,8 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
     to_send = send.data();
   }
   Tensor<T> received;
-  if (exchange_cfg.reuse_stash) {
-    TED_CHECK(acts.dispatch_stash.size() == sent, "CAC recompute without a dispatch stash");
-  } else {
-    MemoryScope scope(device, received_category);
-    received = Tensor<T>(device, sent);
-    exchange(exchange_cfg.expert, to_send, received.data(), sent / p.Ep, p.Ep);
-    if (exchange_cfg.keep_stash) acts.dispatch_stash = std::move(received);
-  }
-  const T* arrived = exchange_cfg.reuse_stash || exchange_cfg.keep_stash
-                         ? acts.dispatch_stash.data()
-                         : received.data();
+  const T* arrived =
+      all_to_all_or_stash(device, exchange_cfg, to_send, sent, p.Ep, acts.dispatch_stash, received);
   const int R = p.expert_rows();
   const std::size_t rows = blocks * R * h;
   acts.expert_in = Tensor<T>(device, rows);
@@ -227,17 +235,8 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
     }
   }
   Tensor<T> returned_slices;
-  if (exchange_cfg.reuse_stash) {
-    TED_CHECK(acts.return_stash.size() == sent, "CAC recompute without a return stash");
-  } else {
-    MemoryScope scope(device, received_category);
-    returned_slices = Tensor<T>(device, sent);
-    exchange(exchange_cfg.expert, to_return, returned_slices.data(), sent / p.Ep, p.Ep);
-    if (exchange_cfg.keep_stash) acts.return_stash = std::move(returned_slices);
-  }
-  const T* came_back = exchange_cfg.reuse_stash || exchange_cfg.keep_stash
-                           ? acts.return_stash.data()
-                           : returned_slices.data();
+  const T* came_back = all_to_all_or_stash(device, exchange_cfg, to_return, sent, p.Ep,
+                                           acts.return_stash, returned_slices);
   acts.returned = Tensor<T>(device, full);
   if (p.slicing)
     gather_slices(device, exchange_cfg.tensor, came_back, acts.returned.data(), p, blocks);

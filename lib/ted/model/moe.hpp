@@ -58,11 +58,12 @@ struct MoeExchange {
 template <typename T>
 struct MoeActivations {
   Routing<T> routing;
-  int padded_capacity = 0;   // capacity rounded up to a multiple of T under DTD
-  Tensor<T> dispatched;      // [E, Cp, h]
-  Tensor<T> expert_in;  // [Ep, E/Ep, R, h] what this rank's experts compute on (R = Cp, or Cp/T unsplit)
-  Tensor<T> hidden;     // [Ep, E/Ep, R, f/T] before GeLU
-  Tensor<T> activated;  // [Ep, E/Ep, R, f/T]
+  int padded_capacity = 0;  // capacity rounded up to a multiple of T under DTD
+  Tensor<T> dispatched;     // [E, Cp, h]
+  Tensor<T>
+      expert_in;  // [Ep, E/Ep, R, h] what this rank's experts compute on (R = Cp, or Cp/T unsplit)
+  Tensor<T> hidden;          // [Ep, E/Ep, R, f/T] before GeLU
+  Tensor<T> activated;       // [Ep, E/Ep, R, f/T]
   Tensor<T> returned;        // [E, Cp, h] expert outputs back at the tokens' rank
   Tensor<T> dispatch_stash;  // CAC: the dispatch all-to-all's output
   Tensor<T> return_stash;    // CAC: the return all-to-all's output
