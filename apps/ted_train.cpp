@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   int steps = 0;
   std::string csv_path;
   bool checkpoint = false, dtd = false, cac = false, reduce_scatter = false, no_zero1 = false;
-  bool whole_experts = false;
+  bool whole_experts = false, cac_all_reduce = false;
   int tensor = 0, expert = 0, data = -1;
   std::int64_t tile = -1;
   app.add_option("-c,--config", config_path, "YAML config (see experiments/train/)")->required();
@@ -65,6 +65,8 @@ int main(int argc, char** argv) {
   app.add_option("--dp", data, "data-parallel size D (parallel.dp; 0: ranks / (T * Ep))");
   app.add_flag("--dtd", dtd, "Duplicate Token Dropping (parallel.dtd)");
   app.add_flag("--cac", cac, "communication-aware checkpointing (parallel.cac; with --checkpoint)");
+  app.add_flag("--cac-all-reduce", cac_all_reduce,
+               "CAC also reuses the tensor all-reduce outputs (parallel.cac_all_reduce)");
   app.add_flag("--reduce-scatter", reduce_scatter,
                "reduce-scatter instead of all-reduce + slice in the expert block (with --dtd)");
   app.add_flag("--no-split-experts", whole_experts,
@@ -86,6 +88,7 @@ int main(int argc, char** argv) {
     if (data >= 0) parallel.dp = data;
     if (dtd) parallel.dtd = true;
     if (cac) parallel.cac = true;
+    if (cac_all_reduce) parallel.cac_all_reduce = true;
     if (reduce_scatter) parallel.reduce_scatter = true;
     if (no_zero1) parallel.zero1 = false;
     if (whole_experts) parallel.split_experts = false;

@@ -69,6 +69,7 @@ struct Switches {
   bool dtd, reduce_scatter, checkpoint, cac, zero1;
   std::int64_t tile;
   bool split_experts = true;
+  bool cac_all_reduce = false;
 };
 const Switches kSwitches[] = {
     {"baseline", false, false, false, false, true, 0},
@@ -81,6 +82,8 @@ const Switches kSwitches[] = {
     {"tiled optimizer (11 elements)", false, false, false, false, true, 11},
     {"experts not split", false, false, false, false, true, 0, false},
     {"experts not split + checkpointing + cac", false, false, true, true, true, 0, false},
+    {"checkpointing+cac with all-reduce stash", false, false, true, true, true, 0, true, true},
+    {"dtd+rs+checkpointing+cac with all-reduce stash", true, true, true, true, true, 0, true, true},
 };
 
 }  // namespace
@@ -101,6 +104,7 @@ TEST_CASE("every layout and switch set equals the single-process reference") {
         config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
                            sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
         config.model.checkpoint = sw.checkpoint;
+        config.parallel.cac_all_reduce = sw.cac_all_reduce;
         INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", rank "
                     << world.rank());
         auto run = train(config, &groups);
@@ -191,6 +195,17 @@ TEST_CASE("ledger: DTD divides all-to-all bytes by T, CAC saves a third, reduce-
   checkpoint_config.parallel.cac = true;
   const auto cac = ledger_of_step(groups, checkpoint_config);
   CHECK(cac.total(ted::CollectiveOp::all_to_all, ted::GroupKind::expert).calls ==
+        4u * micro * moe_layers);
+  // With the all-reduce outputs stashed too, the recompute adds no tensor all-reduce: as many
+  // as without checkpointing, where plain checkpointing repeats the forward's.
+  checkpoint_config.parallel.cac_all_reduce = true;
+  const auto cac_all = ledger_of_step(groups, checkpoint_config);
+  const auto tensor_all_reduces = [](const ted::Ledger& l) {
+    return l.total(ted::CollectiveOp::all_reduce, ted::GroupKind::tensor).calls;
+  };
+  CHECK(tensor_all_reduces(cac_all) == tensor_all_reduces(plain));
+  CHECK(tensor_all_reduces(recomputed) > tensor_all_reduces(plain));
+  CHECK(cac_all.total(ted::CollectiveOp::all_to_all, ted::GroupKind::expert).calls ==
         4u * micro * moe_layers);
 }
 

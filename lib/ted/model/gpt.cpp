@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
 #include "ted/kernels/cpu/layers.hpp"
 
@@ -28,6 +29,8 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
                       ") must be divisible by T (" + std::to_string(T_) + ")");
   if (parallel_.reduce_scatter && !parallel_.dtd)
     throw ConfigError("the reduce-scatter switch works on DTD's slices: turn dtd on with it");
+  if (parallel_.cac_all_reduce && !parallel_.cac)
+    throw ConfigError("cac_all_reduce extends cac: turn cac (and checkpointing) on with it");
   if (parallel_.cac && !config_.checkpoint)
     throw ConfigError("cac (communication-aware checkpointing) needs model.checkpoint=true");
 
@@ -101,12 +104,32 @@ MoeExchange GptModel<T>::moe_exchange(bool recompute) const {
   x.split_experts = parallel_.split_experts;
   x.keep_stash = parallel_.cac && !recompute;
   x.reuse_stash = parallel_.cac && recompute;
+  x.stash_reduction = parallel_.cac_all_reduce;
   return x;
 }
 
 template <typename T>
 void GptModel<T>::tensor_all_reduce(T* data, std::size_t count) {
   if (T_ > 1) parallel_.tensor->all_reduce(data, data, count, dtype_of<T>::value);
+}
+
+template <typename T>
+template <typename Partial>
+void GptModel<T>::reduced_output(T* out, std::size_t count, Tensor<T>& stash, bool recompute,
+                                 Partial&& partial) {
+  const bool stashing = parallel_.cac_all_reduce && T_ > 1;
+  if (stashing && recompute) {
+    TED_CHECK(stash.size() == count, "CAC recompute without the all-reduce stash");
+    std::copy(stash.data(), stash.data() + count, out);
+    return;
+  }
+  partial(out);
+  tensor_all_reduce(out, count);
+  if (stashing) {
+    MemoryScope scope(device_, MemoryCategory::cac_stash);
+    stash = Tensor<T>(device_, count);
+    std::copy(out, out + count, stash.data());
+  }
 }
 
 namespace {
@@ -141,8 +164,9 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
   cpu::attention_forward<T>(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl);
   a.mid = Tensor<T>(device_, Nh);
-  cpu::linear_forward<T>(a.att.data(), P.value(ids.proj_w), nullptr, a.mid.data(), N, hl, h);
-  tensor_all_reduce(a.mid.data(), Nh);
+  reduced_output(a.mid.data(), Nh, a.proj_stash, recompute, [&](T* partial) {
+    cpu::linear_forward<T>(a.att.data(), P.value(ids.proj_w), nullptr, partial, N, hl, h);
+  });
   add_bias_rows(a.mid.data(), P.value(ids.proj_b), N, h);
   for (std::size_t i = 0; i < Nh; ++i) a.mid[i] += x[i];  // residual
   a.ln2 = Tensor<T>(device_, Nh);
@@ -173,8 +197,9 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
     cpu::linear_forward<T>(a.ln2.data(), P.value(ids.fc1_w), P.value(ids.fc1_b), a.fc1.data(), N, h,
                            fl);
     cpu::gelu_forward<T>(a.fc1.data(), a.act.data(), static_cast<std::int64_t>(N) * fl);
-    cpu::linear_forward<T>(a.act.data(), P.value(ids.fc2_w), nullptr, out, N, fl, h);
-    tensor_all_reduce(out, Nh);
+    reduced_output(out, Nh, a.ffn_stash, recompute, [&](T* partial) {
+      cpu::linear_forward<T>(a.act.data(), P.value(ids.fc2_w), nullptr, partial, N, fl, h);
+    });
     add_bias_rows(out, P.value(ids.fc2_b), N, h);
     flops += 4.0 * N * h * fl;
   }
@@ -194,7 +219,10 @@ void GptModel<T>::release_internals(BlockActs& a) {
     for (std::size_t g = 0; g < a.moe.size(); ++g) {
       kept.moe[g].dispatch_stash = std::move(a.moe[g].dispatch_stash);
       kept.moe[g].return_stash = std::move(a.moe[g].return_stash);
+      kept.moe[g].reduction_stash = std::move(a.moe[g].reduction_stash);
     }
+    kept.proj_stash = std::move(a.proj_stash);
+    kept.ffn_stash = std::move(a.ffn_stash);
   }
   a = std::move(kept);
 }

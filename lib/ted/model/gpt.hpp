@@ -42,10 +42,11 @@ struct ModelParallel {
   Communicator* expert = nullptr;  // expert parallelism, the all-to-alls (size Ep); null: Ep = 1
   bool dtd = false;                // Duplicate Token Dropping
   bool reduce_scatter = false;     // reduce-scatter instead of all-reduce + slice (needs dtd)
-  bool cac = false;
+  bool cac = false;                // communication-aware checkpointing (needs checkpointing)
+  bool cac_all_reduce = false;     // CAC also keeps the tensor all-reduce outputs (needs cac)
   // Experts tensor-parallel over T (TED). false: whole experts, each tensor rank running its
   // 1/T share of the capacity; their gradients must then be summed over the tensor group.
-  bool split_experts = true;  // communication-aware checkpointing (needs checkpointing)
+  bool split_experts = true;
   std::size_t dense_pad = 1;  // flat-buffer padding: the data groups' sizes (ZeRO-1)
   std::size_t expert_pad = 1;
 };
@@ -80,6 +81,7 @@ class GptModel {
     Tensor<T> input;  // the checkpoint: always kept
     Tensor<T> ln1, ln1_mean, ln1_rstd, qkv, probs, att, mid, ln2, ln2_mean, ln2_rstd;
     Tensor<T> fc1, act;
+    Tensor<T> proj_stash, ffn_stash;  // CAC: the tensor all-reduce outputs, for the recompute
     std::vector<MoeActivations<T>> moe;
     T aux = 0;
   };
@@ -90,6 +92,11 @@ class GptModel {
   MoeParams<T> moe_params(const BlockIds& ids) const;
   MoeExchange moe_exchange(bool recompute) const;
   void tensor_all_reduce(T* data, std::size_t count);
+  // A row-parallel layer's output summed over the tensor group; under CAC with all-reduce
+  // stashing the forward keeps it and the recompute takes it instead of computing and reducing.
+  template <typename Partial>
+  void reduced_output(T* out, std::size_t count, Tensor<T>& stash, bool recompute,
+                      Partial&& partial);
 
   ModelConfig config_;
   Device& device_;

@@ -213,19 +213,38 @@ T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const Gat
                            partial.data() + b * R * h, R, p.f, h);
   }
 
-  // Reduce over the tensor group and send back: [Ep, El, Cx, h] -> [E, Cx, h].
+  // Reduce over the tensor group and send back: [Ep, El, Cx, h] -> [E, Cx, h]. Under CAC with
+  // stash_reduction the forward keeps the reduced output and the recompute reuses it.
+  auto reduce_or_reuse = [&](T* data, std::size_t count, auto&& reduce) {
+    if (exchange_cfg.stash_reduction && exchange_cfg.reuse_stash) {
+      TED_CHECK(acts.reduction_stash.size() == count, "CAC recompute without a reduction stash");
+      std::copy(acts.reduction_stash.data(), acts.reduction_stash.data() + count, data);
+      return;
+    }
+    reduce();
+    if (exchange_cfg.stash_reduction && exchange_cfg.keep_stash) {
+      MemoryScope scope(device, MemoryCategory::cac_stash);
+      acts.reduction_stash = Tensor<T>(device, count);
+      std::copy(data, data + count, acts.reduction_stash.data());
+    }
+  };
   Tensor<T> back;
   const T* to_return = partial.data();
   if (!p.split) {  // whole experts on my slice: nothing to reduce
     add_expert_bias(partial.data(), params.b2, p, blocks, R);
   } else if (p.reduce_scatter) {
-    MemoryScope scope(device, MemoryCategory::communication);
-    back = Tensor<T>(device, sent);
-    reduce_scatter_slices(device, exchange_cfg.tensor, partial.data(), back.data(), p, blocks);
+    {
+      MemoryScope scope(device, MemoryCategory::communication);
+      back = Tensor<T>(device, sent);
+    }
+    reduce_or_reuse(back.data(), sent, [&] {
+      reduce_scatter_slices(device, exchange_cfg.tensor, partial.data(), back.data(), p, blocks);
+    });
     add_expert_bias(back.data(), params.b2, p, blocks, p.Cs);
     to_return = back.data();
   } else {
-    tensor_all_reduce(exchange_cfg.tensor, partial.data(), full);
+    reduce_or_reuse(partial.data(), full,
+                    [&] { tensor_all_reduce(exchange_cfg.tensor, partial.data(), full); });
     add_expert_bias(partial.data(), params.b2, p, blocks, p.Cp);
     if (p.slicing) {
       MemoryScope scope(device, MemoryCategory::communication);

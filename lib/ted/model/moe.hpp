@@ -51,8 +51,9 @@ struct MoeExchange {
   bool dtd = false;
   bool reduce_scatter = false;
   bool split_experts = true;
-  bool keep_stash = false;   // CAC, first forward: keep the all-to-all outputs
-  bool reuse_stash = false;  // CAC, recompute: use them instead of communicating
+  bool keep_stash = false;       // CAC, first forward: keep the all-to-all outputs
+  bool reuse_stash = false;      // CAC, recompute: use them instead of communicating
+  bool stash_reduction = false;  // CAC also keeps the expert output's tensor reduction
 };
 
 template <typename T>
@@ -62,11 +63,12 @@ struct MoeActivations {
   Tensor<T> dispatched;     // [E, Cp, h]
   Tensor<T>
       expert_in;  // [Ep, E/Ep, R, h] what this rank's experts compute on (R = Cp, or Cp/T unsplit)
-  Tensor<T> hidden;          // [Ep, E/Ep, R, f/T] before GeLU
-  Tensor<T> activated;       // [Ep, E/Ep, R, f/T]
-  Tensor<T> returned;        // [E, Cp, h] expert outputs back at the tokens' rank
-  Tensor<T> dispatch_stash;  // CAC: the dispatch all-to-all's output
-  Tensor<T> return_stash;    // CAC: the return all-to-all's output
+  Tensor<T> hidden;           // [Ep, E/Ep, R, f/T] before GeLU
+  Tensor<T> activated;        // [Ep, E/Ep, R, f/T]
+  Tensor<T> returned;         // [E, Cp, h] expert outputs back at the tokens' rank
+  Tensor<T> dispatch_stash;   // CAC: the dispatch all-to-all's output
+  Tensor<T> return_stash;     // CAC: the return all-to-all's output
+  Tensor<T> reduction_stash;  // CAC with stash_reduction: the tensor-reduced expert output
 };
 
 struct MoeShape {

@@ -49,6 +49,7 @@ ConfigSchema TrainConfig::schema() {
   s.add("parallel.dp", &parallel.dp);
   s.add("parallel.dtd", &parallel.dtd);
   s.add("parallel.cac", &parallel.cac);
+  s.add("parallel.cac_all_reduce", &parallel.cac_all_reduce);
   s.add("parallel.reduce_scatter", &parallel.reduce_scatter);
   s.add("parallel.zero1", &parallel.zero1);
   s.add("parallel.tile_elems", &parallel.tile_elems);

@@ -9,7 +9,7 @@
 //              micro_batches
 //   training:  steps seed log_every csv
 //   parallel:  tp ep dp (0: ranks / (tp * ep)) dtd cac reduce_scatter zero1 tile_elems
-//              split_experts
+//              split_experts cac_all_reduce
 #pragma once
 
 #include <string>
@@ -40,6 +40,7 @@ struct ParallelConfig {
   bool zero1 = true;
   std::int64_t tile_elems = 0;  // tiled optimizer step; 0 = the whole shard
   bool split_experts = true;    // experts tensor-parallel; false: each tensor rank 1/T of tokens
+  bool cac_all_reduce = false;  // CAC also keeps the tensor all-reduce outputs (needs cac)
 };
 
 struct TrainConfig {
