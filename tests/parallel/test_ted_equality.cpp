@@ -13,6 +13,7 @@
 #include "comm/test_env.hpp"
 #include "ted/backend/memory.hpp"
 #include "ted/grid/ted_groups.hpp"
+#include "ted/projection/traffic.hpp"
 #include "ted/train/trainer.hpp"
 
 namespace {
@@ -130,7 +131,8 @@ ted::Ledger ledger_of_step(ted::TedGroups& groups, const ted::train::TrainConfig
                     ted::GroupKind::nonexpert_data})
     groups.group(kind).set_ledger(&ledger);
   auto device = ted::make_cpu_device();
-  ted::train::Trainer trainer(config, *device, &groups);
+  // As the programs do: one process trains without groups.
+  ted::train::Trainer trainer(config, *device, groups.world().size() > 1 ? &groups : nullptr);
   trainer.step(0);
   for (auto kind : {ted::GroupKind::tensor, ted::GroupKind::expert, ted::GroupKind::expert_data,
                     ted::GroupKind::nonexpert_data})
@@ -264,4 +266,66 @@ TEST_CASE("allocator: tiles bound the optimizer temporaries; the CAC stash equal
   config.parallel.dtd = true;
   CHECK(peaks(config, ted::MemoryCategory::cac_stash) ==
         moe_layers * 2 * E * (C / T) * h * sizeof(float));
+}
+
+TEST_CASE("the traffic model equals the ledger: every layout, switch set, collective and group") {
+  auto& world = ted::test::world();
+  const int G = world.size();
+  for (int top_k : {1, 2}) {
+    for (const auto& layout : ted::all_layouts(G)) {
+      ted::ProcessGrid grid(G, layout);
+      ted::TedGroups groups(world, grid);
+      for (const auto& sw : kSwitches) {
+        auto config = tiny(G, top_k);
+        config.data.micro_batches = 2;
+        config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
+                           sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
+        config.parallel.cac_all_reduce = sw.cac_all_reduce;
+        config.model.checkpoint = sw.checkpoint;
+        INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", rank "
+                    << world.rank());
+        const auto ledger = ledger_of_step(groups, config);
+
+        ted::projection::StepShape shape;
+        shape.model = config.model;
+        shape.micro_batch = config.data.micro_batch;
+        shape.micro_batches = config.data.micro_batches;
+        shape.layout = layout;
+        shape.parallel = config.parallel;
+        const auto predicted = ted::projection::step_traffic(shape);
+        for (std::size_t op = 0; op < ted::kCollectiveOpCount; ++op)
+          for (auto group : {ted::GroupKind::tensor, ted::GroupKind::expert,
+                             ted::GroupKind::expert_data, ted::GroupKind::nonexpert_data}) {
+            auto kind = static_cast<ted::CollectiveOp>(op);
+            INFO(ted::to_string(kind) << " on the " << ted::to_string(group) << " group");
+            const auto& measured = ledger.total(kind, group);
+            const auto& model = ted::projection::at(predicted, kind, group);
+            CHECK(model.calls == measured.calls);
+            CHECK(model.bytes_sent == measured.bytes_sent);
+            CHECK(model.bytes_recv == measured.bytes_recv);
+          }
+      }
+    }
+  }
+}
+
+TEST_CASE("the parameter parts of the traffic model match the flat buffers") {
+  auto& world = ted::test::world();
+  const int G = world.size();
+  for (const auto& layout : ted::all_layouts(G)) {
+    for (bool split : {true, false}) {
+      ted::ProcessGrid grid(G, layout);
+      ted::TedGroups groups(world, grid);
+      auto config = tiny(G, 1);
+      config.parallel = {layout.tensor, layout.expert, layout.data};
+      config.parallel.split_experts = split;
+      auto device = ted::make_cpu_device();
+      ted::train::Trainer trainer(config, *device, &groups);
+      const auto& params = trainer.model().params();
+      auto parts = ted::projection::parameter_parts(config.model, layout, split);
+      INFO(layout.to_string() << (split ? "" : ", experts not split"));
+      CHECK(parts.dense == params.range(ted::model::ParamKind::dense).second);
+      CHECK(parts.expert == params.range(ted::model::ParamKind::expert).second);
+    }
+  }
 }

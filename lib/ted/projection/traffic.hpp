@@ -1,0 +1,52 @@
+// What one optimizer step sends, from first principles: for every collective kind and TED
+// group, the calls and the bytes a rank sends and receives (the ledger's convention,
+// ledger.hpp), derived from the model shape, the layout and the switches alone. The tests hold
+// it to the ledger of real runs, exactly; the projection turns it into time on any cluster.
+//
+// Assumes a gating capacity computed from the formula (not dropless: there it depends on the
+// data), one gating group per micro-batch (the trainer's rule), and fp32 elements unless
+// element_bytes says otherwise.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "ted/comm/ledger.hpp"
+#include "ted/grid/process_grid.hpp"
+#include "ted/model/config.hpp"
+#include "ted/train/train_config.hpp"
+
+namespace ted::projection {
+
+struct StepShape {
+  model::ModelConfig model;
+  int micro_batch = 1;    // sequences per micro-batch
+  int micro_batches = 1;  // per data-parallel rank per step
+  Layout layout;
+  train::ParallelConfig parallel;
+  std::size_t element_bytes = 4;
+};
+
+// Elements of the flat parameter buffers on one rank: the dense part and the expert part, each
+// padded to a multiple of its data group (as ParamSet lays them out).
+struct ParameterParts {
+  std::uint64_t dense = 0;
+  std::uint64_t expert = 0;
+};
+ParameterParts parameter_parts(const model::ModelConfig& model, const Layout& layout,
+                               bool split_experts);
+
+struct Traffic {
+  std::uint64_t calls = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_recv = 0;
+};
+using StepTraffic = std::array<std::array<Traffic, kGroupKindCount>, kCollectiveOpCount>;
+
+// Per rank, one optimizer step, the four TED groups (tensor, expert, expert-data,
+// non-expert-data). A group of one rank still counts its calls, as the ledger does.
+StepTraffic step_traffic(const StepShape& shape);
+
+const Traffic& at(const StepTraffic& traffic, CollectiveOp op, GroupKind group);
+
+}  // namespace ted::projection
