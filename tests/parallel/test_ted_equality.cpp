@@ -13,6 +13,7 @@
 #include "comm/test_env.hpp"
 #include "ted/backend/memory.hpp"
 #include "ted/grid/ted_groups.hpp"
+#include "ted/projection/memory.hpp"
 #include "ted/projection/traffic.hpp"
 #include "ted/train/trainer.hpp"
 
@@ -326,6 +327,45 @@ TEST_CASE("the parameter parts of the traffic model match the flat buffers") {
       INFO(layout.to_string() << (split ? "" : ", experts not split"));
       CHECK(parts.dense == params.range(ted::model::ParamKind::dense).second);
       CHECK(parts.expert == params.range(ted::model::ParamKind::expert).second);
+    }
+  }
+}
+
+TEST_CASE("the memory model matches the allocator's peaks within 5%") {
+  auto& world = ted::test::world();
+  const int G = world.size();
+  for (const auto& layout : ted::all_layouts(G)) {
+    ted::ProcessGrid grid(G, layout);
+    ted::TedGroups groups(world, grid);
+    for (const auto& sw : kSwitches) {
+      auto config = tiny(G, 1);
+      config.data.micro_batches = 2;
+      config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
+                         sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
+      config.parallel.cac_all_reduce = sw.cac_all_reduce;
+      config.model.checkpoint = sw.checkpoint;
+      auto cpu = ted::make_cpu_device();
+      ted::TrackingDevice device(*cpu);
+      {
+        ted::train::Trainer trainer(config, device, G > 1 ? &groups : nullptr);
+        trainer.step(0);
+      }
+      ted::projection::StepShape shape;
+      shape.model = config.model;
+      shape.micro_batch = config.data.micro_batch;
+      shape.micro_batches = config.data.micro_batches;
+      shape.layout = layout;
+      shape.parallel = config.parallel;
+      const auto estimate = ted::projection::step_memory(shape);
+      for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {
+        auto category = static_cast<ted::MemoryCategory>(c);
+        double measured = static_cast<double>(device.usage(category).peak);
+        double model = static_cast<double>(estimate.of(category));
+        INFO(layout.to_string() << ", " << sw.name << ", " << ted::to_string(category) << ": model "
+                                << model << " vs allocator " << measured << ", rank "
+                                << world.rank());
+        CHECK(std::abs(model - measured) <= 0.05 * std::max(measured, 1.0));
+      }
     }
   }
 }

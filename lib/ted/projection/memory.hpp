@@ -1,0 +1,26 @@
+// Peak memory per rank by category, from first principles (TED.md sections 3-5): parameters,
+// gradients and Adam state with ZeRO-1 sharding per data group, activations with or without
+// checkpointing, the CAC stash, the communication buffers of the MoE exchange and the
+// optimizer, and the optimizer's temporary spike with or without tiles. The tests hold it to
+// the tracking allocator's peaks of real runs (within 5%).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "ted/backend/memory.hpp"
+#include "ted/projection/traffic.hpp"
+
+namespace ted::projection {
+
+struct MemoryEstimate {
+  std::array<std::uint64_t, kMemoryCategoryCount> peak{};  // bytes per category
+  std::uint64_t total = 0;  // the categories' peaks added (an upper bound of the true peak)
+  std::uint64_t of(MemoryCategory category) const {
+    return peak[static_cast<std::size_t>(category)];
+  }
+};
+
+MemoryEstimate step_memory(const StepShape& shape);
+
+}  // namespace ted::projection
