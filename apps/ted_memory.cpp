@@ -10,45 +10,11 @@
 #include <cstdio>
 #include <map>
 
-#include "ted/core/error.hpp"
-#include "ted/core/units.hpp"
 #include "ted/experiments/harness.hpp"
 
 using namespace ted::experiments;
 
 int main(int argc, char** argv) {
-  auto planner = [](const ExperimentConfig& config, const std::string& where, int world_size) {
-    Plan plan = sweep_plan(config, where, world_size);
-    const auto& hidden = config.family_hidden;
-    if (hidden.empty()) return plan;
-    if (config.family_heads.size() != hidden.size() || config.family_layers.size() != hidden.size())
-      throw ted::ConfigError(where +
-                             ": keys 'family.hidden/heads/layers' must have one entry "
-                             "per model (" +
-                             std::to_string(hidden.size()) + ")");
-    if (config.budget_bytes <= 0)
-      throw ted::ConfigError(where + ": key 'memory.budget_bytes' must be positive with a family");
-    ted::Layout layout;
-    if (!fixed_layout(config, where, world_size, &layout, &plan.skipped)) return plan;
-    for (std::size_t i = 0; i < hidden.size(); ++i) {
-      ted::train::TrainConfig train = config.train;
-      train.model.hidden = hidden[i];
-      train.model.heads = config.family_heads[i];
-      train.model.layers = config.family_layers[i];
-      try {
-        train.model.validate();
-      } catch (const ted::ConfigError& e) {
-        throw ted::ConfigError(where + ": keys 'family.*', model " + std::to_string(i + 1) + ": " +
-                               e.what());
-      }
-      for (const auto& name : config.systems) {
-        Point point = make_point(config, parse_system(name, where), layout, train);
-        point.budget = config.budget_bytes;
-        plan.points.push_back(point);
-      }
-    }
-    return plan;
-  };
   auto summary = [](const std::vector<Point>& points, const std::vector<Result>& results) {
     std::map<std::string, std::pair<std::uint64_t, std::string>> largest;  // system -> model
     for (std::size_t i = 0; i < points.size(); ++i) {
@@ -65,5 +31,5 @@ int main(int argc, char** argv) {
   };
   return experiment_main(argc, argv, "memory",
                          "Memory per rank by category, and the largest model within a budget",
-                         planner, summary);
+                         memory_plan, summary);
 }

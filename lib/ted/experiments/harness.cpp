@@ -77,21 +77,23 @@ System parse_system(const std::string& name, const std::string& where) {
 }
 
 ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
-                             const std::string& experiment) {
+                             const std::string& experiment, bool projecting) {
   ExperimentConfig c;
   ConfigSchema schema = c.schema();
   schema.load_yaml(path);
   for (const auto& assignment : overrides) schema.set(assignment);
   const std::string where = path + (overrides.empty() ? "" : " with --set");
   auto fail = [&](const std::string& what) { throw ConfigError(where + ": " + what); };
-  if (c.experiment != experiment)
+  if (!experiment.empty() && c.experiment != experiment)
     fail("key 'experiment' must be '" + experiment + "' for this program, got '" + c.experiment +
          "'");
-  if (c.backend != "cpu")
+  if (!projecting && c.backend != "cpu")
     fail("key 'run.backend' is '" + c.backend +
          "', but this build runs the model on the CPU backend only (the CUDA model backend is "
          "not built yet); use cpu");
-  if (c.dtype != "fp32")
+  if (c.dtype != "fp32" && c.dtype != "fp16" && c.dtype != "bf16")
+    fail("key 'run.dtype' must be fp32, fp16 or bf16, got '" + c.dtype + "'");
+  if (!projecting && c.dtype != "fp32")
     fail("key 'run.dtype' is '" + c.dtype + "', but the CPU backend trains in fp32");
   if (c.warmup < 0) fail("key 'run.warmup' must not be negative");
   if (c.iters < 0) fail("key 'run.iters' must not be negative");
@@ -372,6 +374,75 @@ Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int wo
       plan.points.push_back(make_point(config, parse_system(name, where), layout, train));
   }
   return plan;
+}
+
+Plan ablation_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
+  Plan plan;
+  Layout layout;
+  if (!fixed_layout(config, where, world_size, &layout, &plan.skipped)) return plan;
+  for (const auto& name : config.systems)
+    plan.points.push_back(make_point(config, parse_system(name, where), layout, config.train));
+  return plan;
+}
+
+Plan strong_scaling_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
+  if (!config.sweep_hidden.empty() || !config.sweep_heads.empty() || !config.sweep_layers.empty())
+    throw ConfigError(where +
+                      ": keys 'sweep.hidden/heads/layers' change the model, which strong "
+                      "scaling keeps fixed");
+  Plan plan = sweep_plan(config, where, world_size);
+  for (auto& point : plan.points) {
+    const int data_parallel = point.layout.expert * point.layout.data;
+    int& micro = point.train.data.micro_batches;
+    if (micro % data_parallel != 0)
+      throw ConfigError(where + ": key 'data.micro_batches' (" + std::to_string(micro) +
+                        ", the whole step's) must divide over the " +
+                        std::to_string(data_parallel) + " data-parallel ranks of " +
+                        point.system.name + " at " + point.layout.to_string());
+    micro /= data_parallel;
+  }
+  return plan;
+}
+
+Plan memory_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
+  Plan plan = sweep_plan(config, where, world_size);
+  const auto& hidden = config.family_hidden;
+  if (hidden.empty()) return plan;
+  if (config.family_heads.size() != hidden.size() || config.family_layers.size() != hidden.size())
+    throw ConfigError(where +
+                      ": keys 'family.hidden/heads/layers' must have one entry per model (" +
+                      std::to_string(hidden.size()) + ")");
+  if (config.budget_bytes <= 0)
+    throw ConfigError(where + ": key 'memory.budget_bytes' must be positive with a family");
+  Layout layout;
+  if (!fixed_layout(config, where, world_size, &layout, &plan.skipped)) return plan;
+  for (std::size_t i = 0; i < hidden.size(); ++i) {
+    train::TrainConfig train = config.train;
+    train.model.hidden = hidden[i];
+    train.model.heads = config.family_heads[i];
+    train.model.layers = config.family_layers[i];
+    try {
+      train.model.validate();
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + ": keys 'family.*', model " + std::to_string(i + 1) + ": " +
+                        e.what());
+    }
+    for (const auto& name : config.systems) {
+      Point point = make_point(config, parse_system(name, where), layout, train);
+      point.budget = config.budget_bytes;
+      plan.points.push_back(point);
+    }
+  }
+  return plan;
+}
+
+Planner plan_for(const std::string& experiment) {
+  if (experiment == "ablation") return ablation_plan;
+  if (experiment == "weak_scaling") return sweep_plan;
+  if (experiment == "strong_scaling") return strong_scaling_plan;
+  if (experiment == "memory") return memory_plan;
+  throw ConfigError("unknown experiment '" + experiment +
+                    "' (expected ablation, weak_scaling, strong_scaling or memory)");
 }
 
 int experiment_main(int argc, char** argv, const std::string& experiment,

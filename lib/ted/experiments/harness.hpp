@@ -47,8 +47,10 @@ struct ExperimentConfig {
 // Loads the YAML and the --set overrides, and checks everything every experiment needs: the
 // experiment name, the backend and dtype this build can run, the systems' names, and that the
 // sweep lists have one entry per point. Errors name the file and the key (ConfigError).
+// `experiment` empty: any; `projecting`: the GPU backends and 16-bit dtypes are accepted (the
+// projection runs nothing).
 ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
-                             const std::string& experiment);
+                             const std::string& experiment, bool projecting = false);
 
 // A system of the paper (TED.md section 3): which layout family and which switches.
 //   deepspeed-moe   T = 1 (expert + data parallelism only)
@@ -131,5 +133,13 @@ bool fixed_layout(const ExperimentConfig& config, const std::string& where, int 
 // heads / layers where given, every system at every point. Points needing more ranks than
 // launched are skipped with a line.
 Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+
+// The other experiments' plans: the ablation (every system on layout.*), strong scaling (the
+// sweep with the whole step's data.micro_batches shared by the data-parallel ranks), memory
+// (the sweep's layouts plus the family within memory.budget_bytes on layout.*).
+Plan ablation_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+Plan strong_scaling_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+Plan memory_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+Planner plan_for(const std::string& experiment);
 
 }  // namespace ted::experiments
