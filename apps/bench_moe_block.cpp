@@ -89,6 +89,11 @@ BENCHMARK_CAPTURE(sgemm, expert_ffn_2048x2048x512, 2048, 2048, 512)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);
+// The CPU experiments' block (experiments/*/cpu.yaml): what scripts/calibrate_cpu.sh measures.
+BENCHMARK_CAPTURE(moe_block, h128_tokens256_e8_top1, BlockShape{128, 8, 64, 4, 8, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 // Small shapes for CTest's smoke run.
 BENCHMARK_CAPTURE(moe_block, tiny, BlockShape{32, 4, 16, 4, 4, 2})->Iterations(3);
 BENCHMARK_CAPTURE(sgemm, tiny, 64, 64, 32)->Iterations(3);

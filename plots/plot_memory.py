@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""The memory figure, from the tracking allocator's peaks (max over ranks): left, the base
+"""The memory figure, from the tracking allocator's peaks (max over ranks) or the memory
+model's (projected rows): left, the base
 model's peak bytes per rank by category for each layout and system; right, the peak of each
 model of the growing family against its size, TED against DeepSpeed-MoE, with the budget.
 
@@ -57,8 +58,11 @@ def draw(inputs):
                       "(DeepSpeed-MoE: T=1)", fontsize=10)
         fit.legend(fontsize=8)
         fit.grid(True, alpha=0.3)
-    figure.suptitle(f"Memory per rank (tracking allocator), revision {rows[0]['git_revision']}",
-                    fontsize=10)
+    source = rows[0]["backend"]
+    how = (f"projected by the memory model on {source.split(':', 1)[1]}"
+           if source.startswith("projected") else "tracking allocator, max over ranks")
+    figure.suptitle(f"Memory per rank ({how}), {rows[0]['dtype']}, "
+                    f"revision {rows[0]['git_revision']}", fontsize=10)
     return figure
 
 

@@ -69,6 +69,52 @@ void CsvTable::write_atomic(const std::filesystem::path& path) const {
   write_file_atomic(path, to_string());
 }
 
+std::vector<std::map<std::string, std::string>> read_csv(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read " + path.string());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::vector<std::string>> lines(1);
+  std::string field;
+  bool quoted = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"')
+        field += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        field += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      lines.back().push_back(std::move(field));
+      field.clear();
+    } else if (c == '\n') {
+      lines.back().push_back(std::move(field));
+      field.clear();
+      lines.emplace_back();
+    } else if (c != '\r') {
+      field += c;
+    }
+  }
+  if (!field.empty() || !lines.back().empty()) lines.back().push_back(field);
+  if (lines.back().empty()) lines.pop_back();
+  std::vector<std::map<std::string, std::string>> rows;
+  if (lines.empty()) return rows;
+  const auto& header = lines.front();
+  for (std::size_t r = 1; r < lines.size(); ++r) {
+    if (lines[r].size() != header.size())
+      throw Error(path.string() + ": row " + std::to_string(r) + " has " +
+                  std::to_string(lines[r].size()) + " fields, the header " +
+                  std::to_string(header.size()));
+    std::map<std::string, std::string> row;
+    for (std::size_t c = 0; c < header.size(); ++c) row[header[c]] = lines[r][c];
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 std::string csv_escape(std::string_view field) {
   if (field.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(field);
   std::string quoted = "\"";

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,10 @@ class CsvTable {
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;
 };
+
+// Reads a CSV written by CsvTable (RFC 4180 quoting): one map from column to field per row.
+// Throws ted::Error when the file cannot be read.
+std::vector<std::map<std::string, std::string>> read_csv(const std::filesystem::path& path);
 
 // Quotes a field when it holds a comma, quote or line break (RFC 4180).
 std::string csv_escape(std::string_view field);

@@ -15,7 +15,7 @@ Cluster Cluster::load(const std::string& path) {
   s.add("name", &c.name);
   s.add("device", &c.device);
   s.add("devices_per_node", &c.devices_per_node);
-  s.add("cores_per_device", &c.cores_per_device);
+  s.add("cores_per_node", &c.cores_per_node);
   s.add("memory_bytes", &c.memory_bytes);
   s.add("sustained_flops", &c.sustained_flops);
   s.add("intra.bandwidth", &c.intra.bandwidth);
@@ -34,8 +34,7 @@ Cluster Cluster::load(const std::string& path) {
   positive(c.inter.bandwidth, "inter.bandwidth");
   if (c.intra.latency < 0 || c.inter.latency < 0)
     throw ConfigError(path + ": latencies must not be negative");
-  if (c.cores_per_device <= 0)
-    throw ConfigError(path + ": key 'cores_per_device' must be positive");
+  if (c.cores_per_node < 0) throw ConfigError(path + ": key 'cores_per_node' must not be negative");
   return c;
 }
 
@@ -69,7 +68,8 @@ bool spans_nodes(const Layout& layout, GroupKind group, int devices_per_node) {
 
 StepTime step_time(const StepShape& s, const Cluster& c) {
   StepTime t;
-  const double share = std::min(1.0, static_cast<double>(c.cores_per_device));
+  const double ranks_on_node = std::min(s.layout.world_size(), c.devices_per_node);
+  const double share = c.cores_per_node > 0 ? std::min(1.0, c.cores_per_node / ranks_on_node) : 1.0;
   t.compute = step_flops(s) / (c.sustained_flops * share);
   const StepTraffic traffic = step_traffic(s);
   ProcessGrid grid(s.layout.world_size(), s.layout);

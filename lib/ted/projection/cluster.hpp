@@ -22,7 +22,9 @@ struct Cluster {
   std::string name;
   std::string device;  // e.g. "V100-32GB"
   int devices_per_node = 8;
-  int cores_per_device = 1;       // CPU: cores per rank (below 1 = oversubscribed), else 1
+  // CPU nodes: cores shared by the ranks on a node (a point with more ranks on a node than
+  // cores runs each slower). 0: devices that share nothing (GPUs).
+  double cores_per_node = 0;
   double memory_bytes = 32e9;     // per device
   double sustained_flops = 1e12;  // per device, in the dtype the experiments run (GEMM rate)
   Link intra, inter;

@@ -37,10 +37,16 @@ MemoryEstimate step_memory(const StepShape& s) {
   const std::uint64_t dense_mine = parts.dense / dense_n, expert_mine = parts.expert / expert_n;
   set(MemoryCategory::parameters, parts.dense + parts.expert);
   set(MemoryCategory::gradients, parts.dense + parts.expert);
-  set(MemoryCategory::optimizer_state, 2 * (dense_mine + expert_mine));
+  // Adam's m and v; in mixed precision (16-bit elements) also the fp32 master weights, and the
+  // optimizer's temporary is the fp32 upcast of the gradient.
+  const bool mixed = w < 4;
+  const std::uint64_t state_bytes = mixed ? 12 : 2 * w, temporary_bytes = mixed ? 4 : w;
+  e.peak[static_cast<std::size_t>(MemoryCategory::optimizer_state)] =
+      state_bytes * (dense_mine + expert_mine);
   std::uint64_t largest_mine = std::max(dense_mine, expert_mine);
-  set(MemoryCategory::optimizer_temporaries,
-      p.tile_elems > 0 ? std::min<std::uint64_t>(p.tile_elems, largest_mine) : largest_mine);
+  e.peak[static_cast<std::size_t>(MemoryCategory::optimizer_temporaries)] =
+      temporary_bytes *
+      (p.tile_elems > 0 ? std::min<std::uint64_t>(p.tile_elems, largest_mine) : largest_mine);
 
   // Activations: replay the model's allocations in order (gpt.cpp, moe.cpp) and keep the peak.
   struct Replay {

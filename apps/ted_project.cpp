@@ -1,0 +1,208 @@
+// ted_project: carries the experiments to cluster scale with the suite's performance and memory
+// model (lib/ted/projection), and checks the model against measured runs.
+//
+//   ted_project experiment -c experiments/ablation/paper.yaml --cluster
+//   experiments/clusters/v100.yaml
+//       the experiment's points projected: the experiments' CSV columns, backend
+//       "projected:<cluster>", plus <csv>.assumptions.txt
+//   ted_project search -c experiments/ablation/paper.yaml --cluster ... --gpus 128
+//       every layout and switch set, fitting ones first, fastest first
+//   ted_project validate -c experiments/ablation/cpu.yaml --cluster experiments/clusters/cpu.yaml \
+//       --measured results/ablation/cpu.csv
+//       predicted against measured time per iteration, the error of every point
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "ted/app/app_main.hpp"
+#include "ted/core/csv.hpp"
+#include "ted/core/error.hpp"
+#include "ted/core/git_revision.hpp"
+#include "ted/core/stats.hpp"
+#include "ted/core/units.hpp"
+#include "ted/projection/project.hpp"
+
+namespace ex = ted::experiments;
+namespace pj = ted::projection;
+
+namespace {
+
+std::string stem(const std::string& path) {
+  return std::filesystem::path(path).stem().string();
+}
+
+void write_assumptions(const std::string& csv, const pj::Cluster& c,
+                       const ex::ExperimentConfig& config, const std::string& command) {
+  char text[2048];
+  std::snprintf(
+      text, sizeof text,
+      "Projected by %s (revision %s).\n"
+      "Cluster %s: %d x %s per node, %.3g bytes each, sustained %.3g FLOP/s per device;\n"
+      "  intra-node link %.3g B/s, %.3g s latency; inter-node %.3g B/s, %.3g s latency.\n"
+      "  Source: %s\n"
+      "Model: time = GEMM FLOPs / sustained rate + sum over collectives of (calls x latency +\n"
+      "  nccl-tests bus bytes / link bandwidth); a group inside one node uses the intra-node\n"
+      "  link, one spanning nodes the inter-node link; no overlap of compute and communication;\n"
+      "  element-wise work is not counted. Traffic: exact per-rank bytes of every collective of\n"
+      "  the schedule (tested equal to the ledger). Memory: per-category peaks of the memory\n"
+      "  model (tested within 5%% of the allocator), %s; peak_total adds the categories' peaks\n"
+      "  (an upper bound). Capacity from the formula (capacity factor %.3g, min %d).\n",
+      command.c_str(), std::string(ted::git_revision()).c_str(), c.name.c_str(), c.devices_per_node,
+      c.device.c_str(), c.memory_bytes, c.sustained_flops, c.intra.bandwidth, c.intra.latency,
+      c.inter.bandwidth, c.inter.latency, c.source.c_str(),
+      config.dtype == "fp32" ? "fp32 throughout"
+                             : "mixed precision: 16-bit weights, gradients, activations and "
+                               "messages, fp32 master weights with Adam state",
+      config.train.model.gate.capacity_factor, config.train.model.gate.min_capacity);
+  ted::write_file_atomic(csv + ".assumptions.txt", text);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"TED projection: experiments at cluster scale, layout search, validation",
+               "ted_project"};
+  app.require_subcommand(1);
+  std::string config_path, cluster_path, csv, measured;
+  std::vector<std::string> overrides;
+  int gpus = 0, top = 20;
+  auto* experiment = app.add_subcommand("experiment", "project an experiment's points");
+  auto* search = app.add_subcommand("search", "rank the layouts of a model on a cluster");
+  auto* validate = app.add_subcommand("validate", "predicted against measured time per point");
+  for (auto* sub : {experiment, search, validate}) {
+    sub->add_option("-c,--config", config_path, "experiment YAML")->required();
+    sub->add_option("--cluster", cluster_path, "cluster YAML (experiments/clusters/)")->required();
+    sub->add_option("--set", overrides, "override a key of the experiment YAML");
+    sub->add_option("--csv", csv, "CSV to append to");
+  }
+  search->add_option("--gpus", gpus, "devices to lay the model out on")->required();
+  search->add_option("--top", top, "rows to print")->capture_default_str();
+  validate->add_option("--measured", measured, "the experiment's measured CSV")->required();
+
+  return ted::run_app(argc, argv, app, [&](ted::MpiSession& mpi) {
+    const pj::Cluster cluster = pj::Cluster::load(cluster_path);
+    ex::ExperimentConfig config = ex::load_config(config_path, overrides, "", true);
+    const std::string where = config_path + (overrides.empty() ? "" : " with --set");
+    const std::string command = ted::command_line(argc, argv);
+    if (mpi.world_rank() != 0) return 0;  // nothing to share: one process does it all
+
+    if (*experiment) {
+      if (csv.empty())
+        csv = "results/projection/" + config.experiment + "_" + stem(config_path) + "_" +
+              cluster.name + ".csv";
+      ex::Plan plan =
+          ex::plan_for(config.experiment)(config, where, std::numeric_limits<int>::max());
+      ted::CsvTable table = ex::result_table();
+      ex::ExperimentConfig labelled = config;
+      labelled.backend = "projected:" + cluster.name;
+      labelled.iters = 0;
+      labelled.warmup = 0;
+      for (std::size_t i = 0; i < plan.points.size(); ++i) {
+        auto result = pj::project(plan.points[i], cluster, config.dtype);
+        ex::print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()),
+                           plan.points[i], result);
+        ex::add_result(table, labelled, plan.points[i], result, command);
+      }
+      ex::append_rows(table, csv);
+      write_assumptions(csv, cluster, config, command);
+      std::printf("# CSV: %s (assumptions: %s.assumptions.txt)\n", csv.c_str(), csv.c_str());
+      return 0;
+    }
+
+    if (*search) {
+      auto candidates = pj::search(config, gpus, cluster);
+      std::printf("# %s on %d x %s (%s), %s: %zu candidates, fitting first, fastest first\n",
+                  config.train.model.gate.experts > 0 ? config_path.c_str() : "", gpus,
+                  cluster.device.c_str(), cluster.name.c_str(), config.dtype.c_str(),
+                  candidates.size());
+      std::printf("%4s %-18s %3s %3s %4s %10s %10s %10s %10s %5s\n", "rank", "system", "T", "Ep",
+                  "D", "ms/iter", "compute", "comm", "peak GB", "fits");
+      ted::CsvTable table({"rank", "system", "G", "T", "Ep", "D", "time_ms", "compute_ms",
+                           "comm_ms", "peak_bytes", "memory_bytes", "fits", "cluster",
+                           "git_revision", "command"});
+      for (std::size_t i = 0; i < candidates.size(); ++i) {
+        const auto& c = candidates[i];
+        if (static_cast<int>(i) < top)
+          std::printf("%4zu %-18s %3d %3d %4d %10.1f %10.1f %10.1f %10.2f %5s\n", i + 1,
+                      c.point.system.name.c_str(), c.point.layout.tensor, c.point.layout.expert,
+                      c.point.layout.data, c.time.total() * 1e3, c.time.compute * 1e3,
+                      c.time.communication * 1e3, c.peak / 1e9, c.fits ? "yes" : "no");
+        table.row()
+            .add(static_cast<int>(i + 1))
+            .add(c.point.system.name)
+            .add(gpus)
+            .add(c.point.layout.tensor)
+            .add(c.point.layout.expert)
+            .add(c.point.layout.data)
+            .add(c.time.total() * 1e3)
+            .add(c.time.compute * 1e3)
+            .add(c.time.communication * 1e3)
+            .add(static_cast<unsigned long long>(c.peak))
+            .add(cluster.memory_bytes)
+            .add(int(c.fits))
+            .add(cluster.name)
+            .add(ted::git_revision())
+            .add(command);
+      }
+      if (!csv.empty()) {
+        table.write_atomic(csv);
+        write_assumptions(csv, cluster, config, command);
+        std::printf("# CSV: %s\n", csv.c_str());
+      }
+      return 0;
+    }
+
+    // validate
+    if (csv.empty()) csv = "results/projection/validation_" + cluster.name + ".csv";
+    ted::CsvTable table({"experiment", "system", "G", "T", "Ep", "D", "model", "measured_ms",
+                         "predicted_ms", "predicted_compute_ms", "predicted_comm_ms",
+                         "relative_error", "cluster", "git_revision", "command"});
+    std::vector<double> errors;
+    for (const auto& row : ted::read_csv(measured)) {
+      if (std::stod(row.at("time_ms_median")) <= 0) continue;  // correctness-only rows
+      ted::train::TrainConfig train = config.train;
+      train.model.hidden = std::stoi(row.at("hidden"));
+      train.model.heads = std::stoi(row.at("heads"));
+      train.model.layers = std::stoi(row.at("layers"));
+      train.model.checkpoint = row.at("checkpoint") == "1";
+      train.data.micro_batches = std::stoi(row.at("micro_batches"));
+      ted::Layout layout{std::stoi(row.at("T")), std::stoi(row.at("Ep")), std::stoi(row.at("D"))};
+      auto point =
+          ex::make_point(config, ex::parse_system(row.at("system"), measured), layout, train);
+      const auto t = pj::step_time(pj::shape_of(point, config.dtype), cluster);
+      const double measured_ms = std::stod(row.at("time_ms_median"));
+      const double error = (t.total() * 1e3 - measured_ms) / measured_ms;
+      errors.push_back(std::abs(error));
+      std::printf(
+          "%-16s %-14s G=%-3s T=%s Ep=%s D=%s %-12s measured %8.2f ms, predicted %8.2f "
+          "ms (compute %.2f, comm %.2f): %+.1f%%\n",
+          row.at("experiment").c_str(), row.at("system").c_str(), row.at("G").c_str(),
+          row.at("T").c_str(), row.at("Ep").c_str(), row.at("D").c_str(), row.at("model").c_str(),
+          measured_ms, t.total() * 1e3, t.compute * 1e3, t.communication * 1e3, error * 100);
+      table.row()
+          .add(row.at("experiment"))
+          .add(row.at("system"))
+          .add(row.at("G"))
+          .add(row.at("T"))
+          .add(row.at("Ep"))
+          .add(row.at("D"))
+          .add(row.at("model"))
+          .add(measured_ms)
+          .add(t.total() * 1e3)
+          .add(t.compute * 1e3)
+          .add(t.communication * 1e3)
+          .add(error)
+          .add(cluster.name)
+          .add(ted::git_revision())
+          .add(command);
+    }
+    if (errors.empty()) throw ted::ConfigError(measured + ": no timed rows to validate against");
+    ex::append_rows(table, csv);
+    std::printf("# median |error| %.1f%% over %zu points; CSV: %s\n",
+                ted::percentile(errors, 50) * 100, errors.size(), csv.c_str());
+    return 0;
+  });
+}

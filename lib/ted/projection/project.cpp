@@ -1,0 +1,93 @@
+#include "ted/projection/project.hpp"
+
+#include <algorithm>
+
+#include "ted/core/error.hpp"
+
+namespace ted::projection {
+
+std::size_t element_bytes(const std::string& dtype) {
+  return dtype == "fp32" ? 4 : 2;
+}
+
+StepShape shape_of(const experiments::Point& point, const std::string& dtype) {
+  StepShape s;
+  s.model = point.train.model;
+  s.micro_batch = point.train.data.micro_batch;
+  s.micro_batches = point.train.data.micro_batches;
+  s.layout = point.layout;
+  s.parallel = point.train.parallel;
+  s.element_bytes = element_bytes(dtype);
+  return s;
+}
+
+experiments::Result project(const experiments::Point& point, const Cluster& cluster,
+                            const std::string& dtype) {
+  const StepShape s = shape_of(point, dtype);
+  const StepTime t = step_time(s, cluster);
+  const StepTraffic traffic = step_traffic(s);
+  const MemoryEstimate memory = step_memory(s);
+  experiments::Result r;
+  const double ms = t.total() * 1e3;
+  r.time_ms = {ms, ms, ms};
+  r.compute_ms = t.compute * 1e3;
+  r.comm_ms = t.communication * 1e3;
+  const auto& m = s.model;
+  double tokens = static_cast<double>(s.micro_batch) * s.micro_batches * s.layout.expert *
+                  s.layout.data * m.seq_len;
+  r.tokens_per_s = tokens / t.total();
+  r.tflops_per_rank = step_flops(s) / t.total() / 1e12;
+  r.final_loss = 0;
+  const CollectiveOp ops[4] = {CollectiveOp::all_reduce, CollectiveOp::all_gather,
+                               CollectiveOp::reduce_scatter, CollectiveOp::all_to_all};
+  for (int i = 0; i < 4; ++i)
+    for (std::size_t g = 0; g < kGroupKindCount; ++g)
+      r.bytes_sent[i] += traffic[static_cast<std::size_t>(ops[i])][g].bytes_sent;
+  r.all_to_all_calls = at(traffic, CollectiveOp::all_to_all, GroupKind::expert).calls;
+  for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) r.peak[c] = memory.peak[c];
+  r.peak_total = memory.total;
+  const std::uint64_t h = m.hidden, f = m.ffn(), E = m.gate.experts;
+  std::uint64_t parameters = static_cast<std::uint64_t>(m.vocab + m.seq_len) * h + 2 * h +
+                             h * static_cast<std::uint64_t>(m.vocab);
+  for (int l = 0; l < m.layers; ++l) {
+    parameters += 4 * h + 3 * h * h + 3 * h + h * h + h;
+    parameters += m.is_moe(l) ? h * E + E * (2 * h * f + f + h) : 2 * h * f + f + h;
+  }
+  r.parameters = parameters;
+  return r;
+}
+
+std::vector<Candidate> search(const experiments::ExperimentConfig& config, int gpus,
+                              const Cluster& cluster) {
+  const auto& m = config.train.model;
+  std::vector<Candidate> out;
+  const char* systems[] = {"ted-baseline", "ted+dtd", "ted+cac", "ted+dtd+cac", "ted+dtd+cac+rs"};
+  for (const auto& layout : all_layouts(gpus)) {
+    if (m.gate.experts % layout.expert || m.heads % layout.tensor || m.ffn() % layout.tensor)
+      continue;
+    for (const char* name : systems) {
+      auto system = experiments::parse_system(name, "search");
+      if (layout.tensor == 1 && (system.dtd || system.reduce_scatter)) continue;  // no-ops
+      if (layout.tensor == 1) system.name = system.cac ? "deepspeed-moe+cac" : "deepspeed-moe";
+      Candidate c;
+      c.point = experiments::make_point(config, system, layout, config.train);
+      const StepShape s = shape_of(c.point, config.dtype);
+      c.time = step_time(s, cluster);
+      c.peak = step_memory(s).total;
+      c.fits = static_cast<double>(c.peak) <= cluster.memory_bytes;
+      out.push_back(c);
+    }
+  }
+  rank(out);
+  return out;
+}
+
+void rank(std::vector<Candidate>& candidates) {
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     if (a.fits != b.fits) return a.fits;
+                     return a.time.total() < b.time.total();
+                   });
+}
+
+}  // namespace ted::projection

@@ -1,0 +1,37 @@
+// The projection: the experiments' points and any layout, carried to a cluster by the traffic,
+// memory and time models. Rows come out in the experiments' CSV columns (backend
+// "projected:<cluster>"), so the same plot scripts draw measured and projected runs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ted/experiments/harness.hpp"
+#include "ted/projection/cluster.hpp"
+
+namespace ted::projection {
+
+// The element width of a run's dtype (fp32 4, fp16/bf16 2).
+std::size_t element_bytes(const std::string& dtype);
+
+StepShape shape_of(const experiments::Point& point, const std::string& dtype);
+
+// One point's projected result (time = median = p10 = p90; peaks from the memory model).
+experiments::Result project(const experiments::Point& point, const Cluster& cluster,
+                            const std::string& dtype);
+
+// The layout search: every layout T x Ep x D of `gpus` the model splits over and every
+// system (ted-baseline, +dtd, +cac, +dtd+cac, +dtd+cac+rs; T = 1 layouts are DeepSpeed-MoE),
+// ranked by fitting in the device memory first, then by projected time.
+struct Candidate {
+  experiments::Point point;
+  StepTime time;
+  std::uint64_t peak = 0;  // sum of the categories' peaks
+  bool fits = false;
+};
+std::vector<Candidate> search(const experiments::ExperimentConfig& config, int gpus,
+                              const Cluster& cluster);
+// Orders candidates: fitting before not fitting, then faster first (stable).
+void rank(std::vector<Candidate>& candidates);
+
+}  // namespace ted::projection
