@@ -103,7 +103,8 @@ void ConfigSchema::add(const std::string& key, std::vector<int>* target) {
               [target] {
                 std::string text;
                 for (std::size_t i = 0; i < target->size(); ++i)
-                  text += (i ? "," : "") + std::to_string((*target)[i]);
+                  if (i) text += ',';
+                text += std::to_string((*target)[i]);
                 return text;
               }};
   entry.list = true;
@@ -129,7 +130,8 @@ void ConfigSchema::add(const std::string& key, std::vector<std::string>* target)
               [target] {
                 std::string text;
                 for (std::size_t i = 0; i < target->size(); ++i)
-                  text += (i ? "," : "") + (*target)[i];
+                  if (i) text += ',';
+                text += (*target)[i];
                 return text;
               }};
   entry.list = true;

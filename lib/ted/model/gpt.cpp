@@ -43,7 +43,12 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   const DimSlice experts{{e_ * El, El}};
   auto add = [&](std::string name, std::vector<int> shape, ParamInit init, bool decay,
                  std::vector<DimSlice> slice = {}, ParamKind kind = ParamKind::dense) {
-    ParamSpec spec{std::move(name), std::move(shape), kind, init, decay};
+    ParamSpec spec;
+    spec.name = std::move(name);
+    spec.shape = std::move(shape);
+    spec.kind = kind;
+    spec.init = init;
+    spec.decay = decay;
     // Tensor-split: a dimension other than the expert one is cut by t.
     for (std::size_t d = 0; d < slice.size(); ++d)
       if (!slice[d].empty() && !(kind == ParamKind::expert && d == 0) && T_ > 1)
