@@ -102,9 +102,10 @@ void ConfigSchema::add(const std::string& key, std::vector<int>* target) {
               },
               [target] {
                 std::string text;
-                for (std::size_t i = 0; i < target->size(); ++i)
+                for (std::size_t i = 0; i < target->size(); ++i) {
                   if (i) text += ',';
-                text += std::to_string((*target)[i]);
+                  text += std::to_string((*target)[i]);
+                }
                 return text;
               }};
   entry.list = true;
@@ -129,9 +130,10 @@ void ConfigSchema::add(const std::string& key, std::vector<std::string>* target)
               },
               [target] {
                 std::string text;
-                for (std::size_t i = 0; i < target->size(); ++i)
+                for (std::size_t i = 0; i < target->size(); ++i) {
                   if (i) text += ',';
-                text += (*target)[i];
+                  text += (*target)[i];
+                }
                 return text;
               }};
   entry.list = true;
