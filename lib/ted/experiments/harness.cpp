@@ -1,6 +1,7 @@
 #include "ted/experiments/harness.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -459,6 +460,9 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
   app.add_option("--csv", csv, "CSV to append to (overrides run.csv)");
   return run_app(argc, argv, app, [&](MpiSession& mpi) {
     ExperimentConfig config = load_config(config_path, overrides, experiment);
+    // Launched by scripts/emulated_cluster.sh: the rows record the emulated topology.
+    if (const char* topology = std::getenv("TED_TOPOLOGY"))
+      config.backend += std::string(" (") + topology + ")";
     if (iters >= 0) config.iters = iters;
     if (!csv.empty()) config.csv = csv;
     if (config.csv.empty())

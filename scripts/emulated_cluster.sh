@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs an MPI program on an emulated multi-node cluster on this one machine: every node is a
+# Linux network namespace with its own hostname, the nodes hang off a bridge by veth pairs whose
+# bandwidth (and latency, where the kernel has netem) tc shapes. Ranks inside a node talk through
+# MPI's shared memory, ranks on different nodes through TCP over the shaped links, so the
+# all-to-all crossing nodes is slow while the tensor group inside a node stays fast.
+# Everything is torn down on exit, Ctrl-C or failure: no namespaces, links or processes remain.
+#   scripts/emulated_cluster.sh experiments/emulated/2x2.yaml build/apps/ted_collbench --op all_to_all
+# It needs root and iproute2 (ip, tc); without them, run the same program with plain mpirun
+# (mpirun -n 4 --oversubscribe <program> ...): one node, no shaped links.
+set -euo pipefail
+die() { echo "emulated_cluster: $*" >&2; exit 2; }
+[ $# -ge 2 ] || die "usage: $0 <topology.yaml> <program> [arguments...]"
+[ "$(id -u)" = 0 ] || die "needs root for network namespaces and tc; without it run the program with plain mpirun: mpirun -n <ranks> --oversubscribe <program> ..."
+for tool in ip tc unshare mpirun; do
+  command -v "$tool" >/dev/null || die "needs '$tool' (apt-get install iproute2 util-linux openmpi-bin); without it run the program with plain mpirun"
+done
+topology=$1
+shift
+[ -r "$topology" ] || die "cannot read $topology"
+key() {
+  local value
+  value=$(sed -n "s/^$1:[[:space:]]*\([^#[:space:]]*\).*/\1/p" "$topology" | head -1)
+  [ -n "$value" ] || die "$topology: key '$1' is missing"
+  echo "$value"
+}
+nodes=$(key nodes)
+per_node=$(key ranks_per_node)
+rate=$(key bandwidth)
+delay=$(key latency)
+[[ "$nodes" =~ ^[1-9][0-9]*$ && "$per_node" =~ ^[1-9][0-9]*$ ]] ||
+  die "$topology: nodes and ranks_per_node must be positive integers"
+
+prefix=ted$$                              # names unique to this run
+subnet=10.$((200 + $$ % 50)).$(($$ / 50 % 250))
+bridge=${prefix}br
+work=$(mktemp -d)
+cleanup() {
+  local i ns
+  for ((i = 0; i < nodes; i++)); do
+    ns=${prefix}n$i
+    if ip netns list | grep -qw "$ns"; then
+      ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+      ip netns del "$ns" 2>/dev/null || true
+    fi
+  done
+  ip link del "$bridge" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip link add "$bridge" type bridge
+ip addr add "$subnet.254/24" dev "$bridge"
+ip link set "$bridge" up
+: >"$work/hosts"
+for ((i = 0; i < nodes; i++)); do
+  ns=${prefix}n$i
+  ip netns add "$ns"
+  ip netns exec "$ns" ip link set lo up
+  ip link add "${prefix}v$i" type veth peer name "${prefix}p$i"
+  ip link set "${prefix}p$i" netns "$ns"
+  ip link set "${prefix}v$i" master "$bridge" up
+  ip netns exec "$ns" ip addr add "$subnet.$((i + 1))/24" dev "${prefix}p$i"
+  ip netns exec "$ns" ip link set "${prefix}p$i" up
+  if [ "$delay" != 0 ]; then
+    ip netns exec "$ns" tc qdisc add dev "${prefix}p$i" root netem delay "$delay" rate "$rate" ||
+      die "latency needs the netem qdisc (sch_netem), which this kernel lacks; set latency: 0"
+  else
+    ip netns exec "$ns" tc qdisc add dev "${prefix}p$i" root tbf rate "$rate" burst 256kb latency 100ms
+  fi
+  echo "$subnet.$((i + 1)) slots=$per_node" >>"$work/hosts"
+done
+
+# OpenMPI starts a daemon per node through this stand-in for rsh: it enters the node's
+# namespace under a hostname of its own (shared-memory segments are named after the host).
+cat >"$work/rsh" <<AGENT
+#!/usr/bin/env bash
+host=\$1
+shift
+node=\$(( \${host##*.} - 1 ))
+exec ip netns exec ${prefix}n\$node unshare --uts /bin/bash -c 'hostname "\$0"; eval "\$*"' "${prefix}-node\$node" "\$@"
+AGENT
+chmod +x "$work/rsh"
+
+echo "emulated_cluster: $nodes nodes x $per_node ranks, links $rate (latency $delay)" >&2
+status=0
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -q --hostfile "$work/hosts" \
+  -n $((nodes * per_node)) --mca plm_rsh_agent "$work/rsh" --mca plm_rsh_no_tree_spawn 1 \
+  --mca oob_tcp_if_include "$subnet.0/24" --mca btl_tcp_if_include "$subnet.0/24" \
+  --mca btl self,vader,tcp --mca mpi_yield_when_idle 1 -x PATH \
+  -x TED_TOPOLOGY="emulated ${nodes}x${per_node} @${rate}" \
+  -x OPENBLAS_NUM_THREADS=1 -x TED_NUM_THREADS=1 "$@" || status=$?
+exit $status
