@@ -17,40 +17,23 @@ for op in all_reduce all_to_all; do
   OPENBLAS_NUM_THREADS=1 mpirun -n 4 --oversubscribe -q "$TED_BUILD/apps/ted_collbench" \
     --op "$op" -b 1K -e 4M -f 4 -w 5 -n 30 --csv "$work/$op.csv" >/dev/null
 done
-/usr/bin/python3 - "$work" "$(nproc)" >experiments/clusters/cpu.yaml <<'PY'
-import csv, json, sys
-work, cores = sys.argv[1], int(sys.argv[2])
-bench = json.load(open(f"{work}/block.json"))["benchmarks"][0]
-flops = float(bench["GFLOP/s"]) * 1e9
-points = []  # (bus bytes per call, seconds)
-for op in ("all_reduce", "all_to_all"):
-    for row in csv.DictReader(open(f"{work}/{op}.csv")):
-        seconds = float(row["time_us_median"]) * 1e-6
-        points.append((float(row["busbw_GBps"]) * 1e9 * seconds, seconds))
-n = len(points)
-mean_x = sum(x for x, _ in points) / n
-mean_y = sum(y for _, y in points) / n
-slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
-# A negative intercept (noise at small sizes) falls back to the smallest message's time.
-latency = mean_y - slope * mean_x
-if latency <= 0:
-    latency = min(y for _, y in points)
-bandwidth = 1.0 / slope
-print(f"""# This machine, measured by scripts/calibrate_cpu.sh: 4 MPI ranks on {cores} cores (one node).
+flops=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['benchmarks'][0]['GFLOP/s'] * 1e9)" "$work/block.json")
+read -r bandwidth latency < <(/usr/bin/python3 scripts/fit_links.py "$work"/all_reduce.csv "$work"/all_to_all.csv)
+cat >experiments/clusters/cpu.yaml <<YAML
+# This machine, measured by scripts/calibrate_cpu.sh: 4 MPI ranks on $(nproc) cores (one node).
 name: cpu
 device: cpu-core
 devices_per_node: 4
-cores_per_node: {cores}
+cores_per_node: $(nproc)
 memory_bytes: 24e9
-sustained_flops: {flops:.4g}   # the MoE block's GEMM FLOPs per second on one core (bench_moe_block)
+sustained_flops: $flops   # the MoE block's GEMM FLOPs per second on one core (bench_moe_block)
 intra:
-  bandwidth: {bandwidth:.4g}   # fitted over all-reduce and all-to-all, 1 KiB - 4 MiB
-  latency: {latency:.4g}
+  bandwidth: $bandwidth   # fitted over all-reduce and all-to-all, 1 KiB - 4 MiB
+  latency: $latency
 inter:
-  bandwidth: {bandwidth:.4g}   # one node: never used
-  latency: {latency:.4g}
-source: measured here by scripts/calibrate_cpu.sh ({bench['name']})
-""")
-PY
+  bandwidth: $bandwidth   # one node: never used
+  latency: $latency
+source: measured here by scripts/calibrate_cpu.sh
+YAML
 echo "== wrote experiments/clusters/cpu.yaml"
 cat experiments/clusters/cpu.yaml

@@ -51,18 +51,27 @@ ted_prepare() {
   ted_mpi_env
 }
 
-# Runs one experiment on 4 CPU ranks with experiments/<name>/cpu.yaml and draws its figure.
-ted_run_experiment() {  # <ablation | weak_scaling | strong_scaling | memory>
-  local name=$1 plot
+# Runs one experiment on 4 CPU ranks with experiments/<name>/cpu.yaml and draws its figure; with
+# a topology (experiments/emulated/*.yaml) it runs on that emulated cluster instead
+# (scripts/emulated_cluster.sh, root only), into results/<name>/emulated_<topology>.csv.
+ted_run_experiment() {  # <ablation | weak_scaling | strong_scaling | memory> [topology.yaml]
+  local name=$1 topology=${2:-} plot
   case $name in
     weak_scaling | strong_scaling) plot=plots/plot_scaling.py ;;
     *) plot=plots/plot_$name.py ;;
   esac
-  local csv=results/$name/cpu.csv figure=plots/${name}_cpu.png
-  echo "== $name on 4 ranks (oversubscribed on $(nproc) cores)"
-  # One BLAS and one kernel thread per rank: 4 ranks already oversubscribe the cores.
-  OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 mpirun -n 4 --oversubscribe -q \
-    "$TED_BUILD/apps/ted_$name" -c "experiments/$name/cpu.yaml" --csv "$csv"
+  local tag=cpu
+  [ -n "$topology" ] && tag=emulated_$(basename "$topology" .yaml)
+  local csv=results/$name/$tag.csv figure=plots/${name}_$tag.png
+  local program=("$TED_BUILD/apps/ted_$name" -c "experiments/$name/cpu.yaml" --csv "$csv")
+  if [ -n "$topology" ]; then
+    echo "== $name on the emulated cluster $topology"
+    scripts/emulated_cluster.sh "$topology" "${program[@]}"
+  else
+    echo "== $name on 4 ranks (oversubscribed on $(nproc) cores)"
+    # One BLAS and one kernel thread per rank: 4 ranks already oversubscribe the cores.
+    OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 mpirun -n 4 --oversubscribe -q "${program[@]}"
+  fi
   /usr/bin/python3 "$plot" "$csv" "$figure"
   echo "== CSV:    $TED_ROOT/$csv"
   echo "== figure: $TED_ROOT/$figure (and .pdf)"
