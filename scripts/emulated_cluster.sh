@@ -11,7 +11,7 @@
 set -euo pipefail
 die() { echo "emulated_cluster: $*" >&2; exit 2; }
 [ $# -ge 2 ] || die "usage: $0 <topology.yaml> <program> [arguments...]"
-[ "$(id -u)" = 0 ] || die "needs root for network namespaces and tc; without it run the program with plain mpirun: mpirun -n <ranks> --oversubscribe <program> ..."
+[ "$EUID" = 0 ] || die "needs root for network namespaces and tc; without it run the program with plain mpirun: mpirun -n <ranks> --oversubscribe <program> ..."
 for tool in ip tc unshare mpirun; do
   command -v "$tool" >/dev/null || die "needs '$tool' (apt-get install iproute2 util-linux openmpi-bin); without it run the program with plain mpirun"
 done
