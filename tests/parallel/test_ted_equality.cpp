@@ -269,6 +269,20 @@ TEST_CASE("allocator: tiles bound the optimizer temporaries; the CAC stash equal
         moe_layers * 2 * E * (C / T) * h * sizeof(float));
 }
 
+namespace {
+// What the projection sees of a training config on a layout.
+ted::projection::StepShape shape_of(const ted::train::TrainConfig& config,
+                                    const ted::Layout& layout) {
+  ted::projection::StepShape shape;
+  shape.model = config.model;
+  shape.micro_batch = config.data.micro_batch;
+  shape.micro_batches = config.data.micro_batches;
+  shape.layout = layout;
+  shape.parallel = config.parallel;
+  return shape;
+}
+}  // namespace
+
 TEST_CASE("the traffic model equals the ledger: every layout, switch set, collective and group") {
   auto& world = ted::test::world();
   const int G = world.size();
@@ -287,13 +301,7 @@ TEST_CASE("the traffic model equals the ledger: every layout, switch set, collec
                     << world.rank());
         const auto ledger = ledger_of_step(groups, config);
 
-        ted::projection::StepShape shape;
-        shape.model = config.model;
-        shape.micro_batch = config.data.micro_batch;
-        shape.micro_batches = config.data.micro_batches;
-        shape.layout = layout;
-        shape.parallel = config.parallel;
-        const auto predicted = ted::projection::step_traffic(shape);
+        const auto predicted = ted::projection::step_traffic(shape_of(config, layout));
         for (std::size_t op = 0; op < ted::kCollectiveOpCount; ++op)
           for (auto group : {ted::GroupKind::tensor, ted::GroupKind::expert,
                              ted::GroupKind::expert_data, ted::GroupKind::nonexpert_data}) {
@@ -350,13 +358,7 @@ TEST_CASE("the memory model matches the allocator's peaks within 5%") {
         ted::train::Trainer trainer(config, device, G > 1 ? &groups : nullptr);
         trainer.step(0);
       }
-      ted::projection::StepShape shape;
-      shape.model = config.model;
-      shape.micro_batch = config.data.micro_batch;
-      shape.micro_batches = config.data.micro_batches;
-      shape.layout = layout;
-      shape.parallel = config.parallel;
-      const auto estimate = ted::projection::step_memory(shape);
+      const auto estimate = ted::projection::step_memory(shape_of(config, layout));
       for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {
         auto category = static_cast<ted::MemoryCategory>(c);
         double measured = static_cast<double>(device.usage(category).peak);

@@ -1,8 +1,8 @@
 #include "ted/experiments/harness.hpp"
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
