@@ -13,6 +13,7 @@
 #include "comm/test_env.hpp"
 #include "ted/backend/memory.hpp"
 #include "ted/grid/ted_groups.hpp"
+#include "ted/projection/cluster.hpp"
 #include "ted/projection/memory.hpp"
 #include "ted/projection/traffic.hpp"
 #include "ted/train/trainer.hpp"
@@ -126,7 +127,9 @@ TEST_CASE("every layout and switch set equals the single-process reference") {
 namespace {
 
 // One optimizer step with a ledger on every TED group; returns the ledger.
-ted::Ledger ledger_of_step(ted::TedGroups& groups, const ted::train::TrainConfig& config) {
+// `flops`, if given: the GEMM FLOPs the model counted for the step on this rank.
+ted::Ledger ledger_of_step(ted::TedGroups& groups, const ted::train::TrainConfig& config,
+                           double* flops = nullptr) {
   ted::Ledger ledger;
   for (auto kind : {ted::GroupKind::tensor, ted::GroupKind::expert, ted::GroupKind::expert_data,
                     ted::GroupKind::nonexpert_data})
@@ -134,7 +137,8 @@ ted::Ledger ledger_of_step(ted::TedGroups& groups, const ted::train::TrainConfig
   auto device = ted::make_cpu_device();
   // As the programs do: one process trains without groups.
   ted::train::Trainer trainer(config, *device, groups.world().size() > 1 ? &groups : nullptr);
-  trainer.step(0);
+  const auto record = trainer.step(0);
+  if (flops) *flops = record.flops;
   for (auto kind : {ted::GroupKind::tensor, ted::GroupKind::expert, ted::GroupKind::expert_data,
                     ted::GroupKind::nonexpert_data})
     groups.group(kind).set_ledger(nullptr);
@@ -283,7 +287,7 @@ ted::projection::StepShape shape_of(const ted::train::TrainConfig& config,
 }
 }  // namespace
 
-TEST_CASE("the traffic model equals the ledger: every layout, switch set, collective and group") {
+TEST_CASE("the traffic and FLOP models equal the ledger and the model's own count") {
   auto& world = ted::test::world();
   const int G = world.size();
   for (int top_k : {1, 2}) {
@@ -299,7 +303,11 @@ TEST_CASE("the traffic model equals the ledger: every layout, switch set, collec
         config.model.checkpoint = sw.checkpoint;
         INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", rank "
                     << world.rank());
-        const auto ledger = ledger_of_step(groups, config);
+        double flops = 0;
+        const auto ledger = ledger_of_step(groups, config, &flops);
+        // The compute model counts the FLOPs the model ran.
+        CHECK(ted::projection::step_flops(shape_of(config, layout)) ==
+              Approx(flops).epsilon(1e-12));
 
         const auto predicted = ted::projection::step_traffic(shape_of(config, layout));
         for (std::size_t op = 0; op < ted::kCollectiveOpCount; ++op)

@@ -193,7 +193,10 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
       a.aux += moe_forward<T>(device_, a.ln2.data() + offset, out + offset, shape, config_.gate,
                               key, moe_params(ids), exchange, a.moe[g]);
-      flops += moe_forward_flops(shape, config_.gate.experts * a.moe[g].padded_capacity);
+      // Unsplit experts compute on their tensor rank's capacity slice only.
+      const int rows = parallel_.split_experts || T_ == 1 ? a.moe[g].padded_capacity
+                                                          : a.moe[g].padded_capacity / T_;
+      flops += moe_forward_flops(shape, config_.gate.experts * rows);
     }
     a.aux /= groups;
   } else {

@@ -51,7 +51,7 @@ double step_flops(const StepShape& s) {
   for (int l = 0; l < m.layers; ++l) {
     forward += 2 * N * h * 3 * hl + 2 * N * hl * h + 4 * B * Hl * S * S * (hl / Hl);
     if (m.is_moe(l))
-      forward += 2 * N * h * E + 4 * E * Cp * h * (split ? fl : m.ffn() / T);
+      forward += 2 * N * h * E + 4 * E * (split ? Cp : Cp / T) * h * (split ? fl : m.ffn());
     else
       forward += 4 * N * h * fl;
   }

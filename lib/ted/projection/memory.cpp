@@ -107,8 +107,7 @@ MemoryEstimate step_memory(const StepShape& s) {
   if (p.cac && m.checkpoint) {
     for (int l = 0; l < m.layers; ++l) {
       bool moe = m.is_moe(l);
-      if (moe && Ep > 1) stash += 2 * sent;
-      if (moe && Ep == 1) stash += 2 * sent;
+      if (moe) stash += 2 * sent;  // both all-to-all outputs (copies when Ep = 1)
       if (p.cac_all_reduce && T > 1) {
         stash += moe ? X : 2 * X;
         if (moe && split) stash += reduce_scatter ? sent : full;

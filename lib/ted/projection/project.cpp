@@ -46,14 +46,9 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
   r.all_to_all_calls = at(traffic, CollectiveOp::all_to_all, GroupKind::expert).calls;
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) r.peak[c] = memory.peak[c];
   r.peak_total = memory.total;
-  const std::uint64_t h = m.hidden, f = m.ffn(), E = m.gate.experts;
-  std::uint64_t parameters = static_cast<std::uint64_t>(m.vocab + m.seq_len) * h + 2 * h +
-                             h * static_cast<std::uint64_t>(m.vocab);
-  for (int l = 0; l < m.layers; ++l) {
-    parameters += 4 * h + 3 * h * h + 3 * h + h * h + h;
-    parameters += m.is_moe(l) ? h * E + E * (2 * h * f + f + h) : 2 * h * f + f + h;
-  }
-  r.parameters = parameters;
+  // The whole model's parameters: one rank's parts when nothing is split.
+  const ParameterParts whole = parameter_parts(m, Layout{1, 1, 1}, true);
+  r.parameters = whole.dense + whole.expert;
   return r;
 }
 
