@@ -31,6 +31,19 @@ int gpu_count() {
 #endif
 }
 
+std::unique_ptr<Device> make_gpu_device(int ordinal) {
+  if (!cuda_compiled())
+    throw ConfigError("this build has no CUDA backend (configure found no nvcc; see the summary)");
+  if (ordinal < 0 || ordinal >= gpu_count())
+    throw ConfigError("GPU " + std::to_string(ordinal) + " is not visible (" +
+                      std::to_string(gpu_count()) + " GPUs)");
+#if TED_HAVE_CUDA
+  return cuda::make_cuda_device(ordinal);
+#else
+  throw Error("unreachable: a GPU without CUDA");
+#endif
+}
+
 void require_backend(CommBackend backend) {
   if (backend == CommBackend::mpi) return;
   if (!nccl_compiled())

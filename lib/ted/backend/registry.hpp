@@ -14,6 +14,10 @@ bool cuda_compiled();  // the CUDA backend was built (nvcc found at configure ti
 bool nccl_compiled();  // the NCCL backend was built
 int gpu_count();       // GPUs visible to this process; 0 without CUDA, driver or GPU
 
+// GPU `ordinal` as a device. Throws ConfigError when CUDA was not compiled or the GPU is not
+// visible.
+std::unique_ptr<Device> make_gpu_device(int ordinal = 0);
+
 // Throws ConfigError when the backend was not compiled, or needs a GPU and none is visible.
 void require_backend(CommBackend backend);
 

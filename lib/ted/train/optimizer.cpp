@@ -6,6 +6,7 @@
 
 #include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
+#include "ted/kernels/adamw.hpp"
 
 namespace ted::train {
 
@@ -115,7 +116,10 @@ double AdamW<T>::step(int step, int total_steps) {
   const T correction1 = static_cast<T>(1.0 - std::pow(config_.beta1, t));
   const T correction2 = static_cast<T>(1.0 - std::pow(config_.beta2, t));
   const T eps = static_cast<T>(config_.eps), scale = static_cast<T>(clip);
-  const T weight_decay = static_cast<T>(config_.weight_decay);
+  const kernels::AdamHyper<T> with_decay{
+      lr, b1, b2, eps, static_cast<T>(config_.weight_decay), correction1, correction2};
+  kernels::AdamHyper<T> without_decay = with_decay;
+  without_decay.weight_decay = T(0);
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     Part& part = parts_[i];
     const T* g = grad_of(i);
@@ -131,12 +135,8 @@ double AdamW<T>::step(int step, int total_steps) {
         std::size_t flat = part.mine + first + k;
         while (segment != segments_.end() && segment->end <= flat) ++segment;
         bool decays = segment != segments_.end() && segment->begin <= flat && segment->decay;
-        T& m = part.m[first + k];
-        T& v = part.v[first + k];
-        m = b1 * m + (T(1) - b1) * work[k];
-        v = b2 * v + (T(1) - b2) * work[k] * work[k];
-        T update = (m / correction1) / (std::sqrt(v / correction2) + eps);
-        values[flat] -= lr * (update + (decays ? weight_decay : T(0)) * values[flat]);
+        kernels::adamw_update(values[flat], part.m[first + k], part.v[first + k], work[k],
+                              decays ? with_decay : without_decay);
       }
     }
   }

@@ -1,0 +1,111 @@
+// What the CUDA kernel sources share: the context's innards, fp32 loads and stores of the
+// storage types (through the TED_HOST_DEVICE conversions of dtype.hpp, so the GPU rounds as
+// the CPU tests check), launch sizes and block reductions. Included only by .cu files.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ted/backend/cuda/cuda_check.hpp"
+#include "ted/core/dtype.hpp"
+#include "ted/kernels/cuda/ops.hpp"
+
+#define TED_CHECK_CUBLAS(stmt)                                                                    \
+  do {                                                                                            \
+    cublasStatus_t ted_cublas_rc_ = (stmt);                                                       \
+    if (ted_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                  \
+      ::ted::throw_check_failure(                                                                 \
+          "cuBLAS", #stmt, __FILE__, __LINE__,                                                    \
+          std::string(cublasGetStatusString(ted_cublas_rc_)) + ", " + ::ted::cuda::device_tag()); \
+  } while (0)
+
+namespace ted::kernels::cuda {
+
+struct Context::Impl {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+};
+
+inline cudaStream_t stream(Context& ctx) {
+  return ctx.impl().stream;
+}
+
+// fp32 view of one stored element.
+__device__ __forceinline__ float load(float v) {
+  return v;
+}
+__device__ __forceinline__ float load(Half v) {
+  return f16_bits_to_float(v.bits);
+}
+__device__ __forceinline__ float load(BFloat16 v) {
+  return bf16_bits_to_float(v.bits);
+}
+template <typename T>
+__device__ __forceinline__ T store(float v);
+template <>
+__device__ __forceinline__ float store<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ Half store<Half>(float v) {
+  return Half{float_to_f16_bits(v)};
+}
+template <>
+__device__ __forceinline__ BFloat16 store<BFloat16>(float v) {
+  return BFloat16{float_to_bf16_bits(v)};
+}
+
+constexpr int kThreads = 256;
+
+inline unsigned blocks_for(std::size_t count, int threads = kThreads) {
+  std::size_t blocks = (count + threads - 1) / threads;
+  if (blocks < 1) blocks = 1;
+  if (blocks > 65535u * 16u) blocks = 65535u * 16u;  // grid-stride loops cover the rest
+  return static_cast<unsigned>(blocks);
+}
+
+#define TED_GRID_STRIDE(i, count)                                                       \
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; \
+       i < (count); i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+
+inline void check_launch() {
+  TED_CHECK_CUDA(cudaGetLastError());
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum (or max) over the block; every thread gets the result. blockDim.x a multiple of 32,
+// at most 1024; `shared` holds 32 floats. Ends with a barrier, so it can be called again.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < warps; ++w) total += shared[w];
+  __syncthreads();
+  return total;
+}
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float best = shared[0];
+  for (int w = 1; w < warps; ++w) best = fmaxf(best, shared[w]);
+  __syncthreads();
+  return best;
+}
+
+}  // namespace ted::kernels::cuda

@@ -1,0 +1,474 @@
+// The dense layers on the GPU: conversions, bias, linear, LayerNorm, GeLU, causal attention,
+// cross-entropy and the embedding. The same shapes and conventions as kernels/cpu/layers.cpp.
+#include <cmath>
+
+#include "ted/kernels/cuda/common.cuh"
+#include "ted/kernels/elementwise.hpp"
+#include "ted/model/random.hpp"
+
+namespace ted::kernels::cuda {
+namespace {
+
+template <typename In, typename Out>
+__global__ void convert_kernel(const In* src, Out* dst, std::size_t count) {
+  TED_GRID_STRIDE(i, count) dst[i] = store<Out>(load(src[i]));
+}
+
+template <typename T>
+__global__ void add_kernel(const T* a, T* y, std::size_t count) {
+  TED_GRID_STRIDE(i, count) y[i] = store<T>(load(y[i]) + load(a[i]));
+}
+
+template <typename T>
+__global__ void scale_kernel(T* y, float factor, std::size_t count) {
+  TED_GRID_STRIDE(i, count) y[i] = store<T>(load(y[i]) * factor);
+}
+
+__global__ void sum_kernel(const float* values, std::size_t count, double* total) {
+  __shared__ float shared[32];
+  float part = 0;
+  TED_GRID_STRIDE(i, count) part += values[i];
+  part = block_sum(part, shared);
+  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(part));
+}
+
+__global__ void init_normal_kernel(float* dst, std::size_t count, std::uint64_t seed,
+                                   std::uint64_t key, float std) {
+  TED_GRID_STRIDE(i, count)
+  dst[i] = std * static_cast<float>(random::normal(seed, random::kInit, key, i));
+}
+
+template <typename T>
+__global__ void add_bias_kernel(T* y, const float* bias, int rows, int width, int per) {
+  const std::size_t count = static_cast<std::size_t>(rows) * width;
+  TED_GRID_STRIDE(i, count) {
+    const std::size_t row = i / width, col = i % width;
+    y[i] = store<T>(load(y[i]) + bias[(row / per) * width + col]);
+  }
+}
+
+// Grid: x over column tiles, y over chunks of rows. Each thread sums its column over its
+// chunk and adds the partial to db (flushing when the chunk crosses into another bias block).
+template <typename T>
+__global__ void bias_grad_kernel(const T* dy, float* db, int rows, int width, int per, int chunk) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= width) return;
+  const int first = blockIdx.y * chunk;
+  const int last = min(rows, first + chunk);
+  if (first >= last) return;
+  int group = first / per;
+  float part = 0;
+  for (int r = first; r < last; ++r) {
+    if (r / per != group) {
+      atomicAdd(db + static_cast<std::size_t>(group) * width + col, part);
+      part = 0;
+      group = r / per;
+    }
+    part += load(dy[static_cast<std::size_t>(r) * width + col]);
+  }
+  atomicAdd(db + static_cast<std::size_t>(group) * width + col, part);
+}
+
+// One block per row; two passes over the row in fp32.
+template <typename T>
+__global__ void layernorm_forward_kernel(const T* x, const float* gamma, const float* beta, T* y,
+                                         float* mean, float* rstd, int h) {
+  __shared__ float shared[32];
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * h;
+  float s = 0;
+  for (int j = threadIdx.x; j < h; j += blockDim.x) s += load(x[base + j]);
+  const float mu = block_sum(s, shared) / h;
+  float var = 0;
+  for (int j = threadIdx.x; j < h; j += blockDim.x) {
+    float d = load(x[base + j]) - mu;
+    var += d * d;
+  }
+  const float r = rsqrtf(block_sum(var, shared) / h + 1e-5f);
+  for (int j = threadIdx.x; j < h; j += blockDim.x)
+    y[base + j] = store<T>((load(x[base + j]) - mu) * r * gamma[j] + beta[j]);
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = mu;
+    rstd[blockIdx.x] = r;
+  }
+}
+
+template <typename T>
+__global__ void layernorm_backward_dx_kernel(const T* x, const float* gamma, const float* mean,
+                                             const float* rstd, const T* dy, T* dx, int h) {
+  __shared__ float shared[32];
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * h;
+  const float mu = mean[blockIdx.x], r = rstd[blockIdx.x];
+  float sum_g = 0, sum_gx = 0;
+  for (int j = threadIdx.x; j < h; j += blockDim.x) {
+    float xhat = (load(x[base + j]) - mu) * r;
+    float g = load(dy[base + j]) * gamma[j];
+    sum_g += g;
+    sum_gx += g * xhat;
+  }
+  sum_g = block_sum(sum_g, shared);
+  sum_gx = block_sum(sum_gx, shared);
+  for (int j = threadIdx.x; j < h; j += blockDim.x) {
+    float xhat = (load(x[base + j]) - mu) * r;
+    float g = load(dy[base + j]) * gamma[j];
+    dx[base + j] = store<T>(load(dx[base + j]) + r * (g - (sum_g + xhat * sum_gx) / h));
+  }
+}
+
+// dgamma, dbeta: columns across x, chunks of rows across y, partials added atomically.
+template <typename T>
+__global__ void layernorm_backward_params_kernel(const T* x, const float* mean, const float* rstd,
+                                                 const T* dy, float* dgamma, float* dbeta, int n,
+                                                 int h, int chunk) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= h) return;
+  const int first = blockIdx.y * chunk, last = min(n, first + chunk);
+  float g = 0, b = 0;
+  for (int r = first; r < last; ++r) {
+    std::size_t i = static_cast<std::size_t>(r) * h + col;
+    float grad = load(dy[i]);
+    g += grad * (load(x[i]) - mean[r]) * rstd[r];
+    b += grad;
+  }
+  if (first < last) {
+    atomicAdd(dgamma + col, g);
+    atomicAdd(dbeta + col, b);
+  }
+}
+
+template <typename T>
+__global__ void gelu_forward_kernel(const T* x, T* y, std::size_t count) {
+  TED_GRID_STRIDE(i, count) y[i] = store<T>(gelu(load(x[i])));
+}
+
+template <typename T>
+__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, std::size_t count) {
+  TED_GRID_STRIDE(i, count) dx[i] = store<T>(load(dy[i]) * gelu_grad(load(x[i])));
+}
+
+// One block per score row r of [batch*heads*seq, seq]: row i of its head sees columns 0..i.
+template <typename T>
+__global__ void causal_softmax_kernel(T* probs, int seq) {
+  __shared__ float shared[32];
+  const std::size_t r = blockIdx.x;
+  const int i = static_cast<int>(r % seq);
+  T* row = probs + r * seq;
+  float max = -INFINITY;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) max = fmaxf(max, load(row[j]));
+  max = block_max(max, shared);
+  float sum = 0;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(load(row[j]) - max);
+  const float inv = 1.0f / block_sum(sum, shared);
+  for (int j = threadIdx.x; j < seq; j += blockDim.x)
+    row[j] = store<T>(j <= i ? expf(load(row[j]) - max) * inv : 0.0f);
+}
+
+// dS = P * (dP - rowsum(dP * P)) * scale on the causal part, 0 above it; in place on dP.
+template <typename T>
+__global__ void softmax_backward_kernel(const T* probs, T* dp, int seq, float scale) {
+  __shared__ float shared[32];
+  const std::size_t r = blockIdx.x;
+  const int i = static_cast<int>(r % seq);
+  const T* p = probs + r * seq;
+  T* d = dp + r * seq;
+  float dot = 0;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += load(d[j]) * load(p[j]);
+  dot = block_sum(dot, shared);
+  for (int j = threadIdx.x; j < seq; j += blockDim.x)
+    d[j] = store<T>(j <= i ? load(p[j]) * (load(d[j]) - dot) * scale : 0.0f);
+}
+
+template <typename T>
+__global__ void cross_entropy_kernel(const T* logits, const std::int32_t* targets, T* d_logits,
+                                     float* row_loss, int vocab, float factor) {
+  __shared__ float shared[32];
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * vocab;
+  float max = -INFINITY;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, load(logits[base + j]));
+  max = block_max(max, shared);
+  float sum = 0;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(load(logits[base + j]) - max);
+  // Read before the block_sum's barriers: d_logits may alias logits.
+  const int target = targets[blockIdx.x];
+  const float target_logit = load(logits[base + target]);
+  const float log_sum = logf(block_sum(sum, shared)) + max;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    float p = expf(load(logits[base + j]) - log_sum);
+    d_logits[base + j] = store<T>((p - (j == target ? 1.0f : 0.0f)) * factor);
+  }
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = log_sum - target_logit;
+}
+
+template <typename T>
+__global__ void embedding_forward_kernel(const std::int32_t* tokens, const float* tok,
+                                         const float* pos, T* x, int n, int seq, int h) {
+  const std::size_t count = static_cast<std::size_t>(n) * h;
+  TED_GRID_STRIDE(i, count) {
+    const std::size_t row = i / h, col = i % h;
+    x[i] =
+        store<T>(tok[static_cast<std::size_t>(tokens[row]) * h + col] + pos[(row % seq) * h + col]);
+  }
+}
+
+template <typename T>
+__global__ void embedding_backward_kernel(const std::int32_t* tokens, const T* dx, float* dtok,
+                                          float* dpos, int n, int seq, int h) {
+  const std::size_t count = static_cast<std::size_t>(n) * h;
+  TED_GRID_STRIDE(i, count) {
+    const std::size_t row = i / h, col = i % h;
+    const float g = load(dx[i]);
+    atomicAdd(dtok + static_cast<std::size_t>(tokens[row]) * h + col, g);
+    atomicAdd(dpos + (row % seq) * h + col, g);
+  }
+}
+
+constexpr int kRowChunk = 256;  // rows per partial sum in the column reductions
+
+}  // namespace
+
+template <typename T>
+void from_float(Context& ctx, const float* src, T* dst, std::size_t count) {
+  if (!count) return;
+  convert_kernel<float, T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(src, dst, count);
+  check_launch();
+}
+
+template <typename T>
+void to_float(Context& ctx, const T* src, float* dst, std::size_t count) {
+  if (!count) return;
+  convert_kernel<T, float><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(src, dst, count);
+  check_launch();
+}
+
+template <typename T>
+void copy(Context& ctx, const T* src, T* dst, std::size_t count) {
+  if (!count) return;
+  TED_CHECK_CUDA(
+      cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToDevice, stream(ctx)));
+}
+
+template <typename T>
+void zero(Context& ctx, T* dst, std::size_t count) {
+  if (!count) return;
+  TED_CHECK_CUDA(cudaMemsetAsync(dst, 0, count * sizeof(T), stream(ctx)));
+}
+
+template <typename T>
+void add(Context& ctx, const T* a, T* y, std::size_t count) {
+  if (!count) return;
+  add_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(a, y, count);
+  check_launch();
+}
+
+template <typename T>
+void scale(Context& ctx, T* y, float factor, std::size_t count) {
+  if (!count) return;
+  scale_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(y, factor, count);
+  check_launch();
+}
+
+float sum(Context& ctx, const float* values, std::size_t count) {
+  Tensor<double> total = zeros<double>(ctx.device(), 1);
+  if (count) {
+    sum_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(values, count, total.data());
+    check_launch();
+  }
+  double host = 0;
+  ctx.device().copy_to_host(&host, total.data(), sizeof host);
+  return static_cast<float>(host);
+}
+
+void init_normal(Context& ctx, float* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
+                 float std) {
+  if (!count) return;
+  init_normal_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(dst, count, seed, key, std);
+  check_launch();
+}
+
+template <typename T>
+void add_bias(Context& ctx, T* y, const float* bias, int rows, int width, int rows_per_bias) {
+  const std::size_t count = static_cast<std::size_t>(rows) * width;
+  if (!count) return;
+  add_bias_kernel<T>
+      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(y, bias, rows, width, rows_per_bias);
+  check_launch();
+}
+
+template <typename T>
+void bias_grad(Context& ctx, const T* dy, float* db, int rows, int width, int rows_per_bias) {
+  if (rows == 0 || width == 0) return;
+  dim3 grid((width + 127) / 128, (rows + kRowChunk - 1) / kRowChunk);
+  bias_grad_kernel<T><<<grid, 128, 0, stream(ctx)>>>(dy, db, rows, width, rows_per_bias, kRowChunk);
+  check_launch();
+}
+
+template <typename T>
+void linear_forward(Context& ctx, const T* x, const T* w, const float* b, T* y, int n, int in,
+                    int out) {
+  if (n == 0) return;
+  gemm<T>(ctx, false, false, n, out, in, 1.0f, x, in, w, out, 0.0f, y, out);
+  if (b) add_bias<T>(ctx, y, b, n, out, n);
+}
+
+template <typename T>
+void linear_backward(Context& ctx, const T* x, const T* w, const T* dy, T* dx, float* dw, float* db,
+                     int n, int in, int out) {
+  if (n == 0) return;
+  if (dx) gemm<T>(ctx, false, true, n, in, out, 1.0f, dy, out, w, out, 1.0f, dx, in);
+  gemm_f32_out<T>(ctx, true, false, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, out);
+  if (db) bias_grad<T>(ctx, dy, db, n, out, n);
+}
+
+template <typename T>
+void layernorm_forward(Context& ctx, const T* x, const float* gamma, const float* beta, T* y,
+                       float* mean, float* rstd, int n, int h) {
+  if (n == 0) return;
+  layernorm_forward_kernel<T><<<n, kThreads, 0, stream(ctx)>>>(x, gamma, beta, y, mean, rstd, h);
+  check_launch();
+}
+
+template <typename T>
+void layernorm_backward(Context& ctx, const T* x, const float* gamma, const float* mean,
+                        const float* rstd, const T* dy, T* dx, float* dgamma, float* dbeta, int n,
+                        int h) {
+  if (n == 0) return;
+  layernorm_backward_dx_kernel<T><<<n, kThreads, 0, stream(ctx)>>>(x, gamma, mean, rstd, dy, dx, h);
+  check_launch();
+  dim3 grid((h + 127) / 128, (n + kRowChunk - 1) / kRowChunk);
+  layernorm_backward_params_kernel<T>
+      <<<grid, 128, 0, stream(ctx)>>>(x, mean, rstd, dy, dgamma, dbeta, n, h, kRowChunk);
+  check_launch();
+}
+
+template <typename T>
+void gelu_forward(Context& ctx, const T* x, T* y, std::size_t count) {
+  if (!count) return;
+  gelu_forward_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(x, y, count);
+  check_launch();
+}
+
+template <typename T>
+void gelu_backward(Context& ctx, const T* x, const T* dy, T* dx, std::size_t count) {
+  if (!count) return;
+  gelu_backward_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(x, dy, dx, count);
+  check_launch();
+}
+
+// Per sequence b, the heads are one strided batch: head j's q, k, v are columns j*d of their
+// third of qkv (stride d), its score matrix is probs' [b, j] (stride seq*seq).
+template <typename T>
+void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, int seq, int heads,
+                       int h) {
+  if (batch == 0) return;
+  const int d = h / heads, ld = 3 * h;
+  const std::int64_t square = static_cast<std::int64_t>(seq) * seq;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int b = 0; b < batch; ++b) {
+    const T* base = qkv + static_cast<std::int64_t>(b) * seq * ld;
+    T* p = probs + static_cast<std::int64_t>(b) * heads * square;
+    gemm_batched<T>(ctx, false, true, seq, seq, d, scale, base, ld, d, base + h, ld, d, 0.0f, p,
+                    seq, square, heads);
+  }
+  causal_softmax_kernel<T><<<static_cast<unsigned>(static_cast<std::int64_t>(batch) * heads * seq),
+                             kThreads, 0, stream(ctx)>>>(probs, seq);
+  check_launch();
+  for (int b = 0; b < batch; ++b) {
+    const T* v = qkv + static_cast<std::int64_t>(b) * seq * ld + 2 * h;
+    const T* p = probs + static_cast<std::int64_t>(b) * heads * square;
+    T* o = out + static_cast<std::int64_t>(b) * seq * h;
+    gemm_batched<T>(ctx, false, false, seq, d, seq, 1.0f, p, seq, square, v, ld, d, 0.0f, o, h, d,
+                    heads);
+  }
+}
+
+template <typename T>
+void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_out, T* d_qkv,
+                        T* scratch, int batch, int seq, int heads, int h) {
+  const int d = h / heads, ld = 3 * h;
+  const std::int64_t square = static_cast<std::int64_t>(seq) * seq;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int b = 0; b < batch; ++b) {
+    const T* q = qkv + static_cast<std::int64_t>(b) * seq * ld;
+    const T* k = q + h;
+    const T* v = q + 2 * h;
+    T* dq = d_qkv + static_cast<std::int64_t>(b) * seq * ld;
+    T* dk = dq + h;
+    T* dv = dq + 2 * h;
+    const T* p = probs + static_cast<std::int64_t>(b) * heads * square;
+    const T* dout = d_out + static_cast<std::int64_t>(b) * seq * h;
+    // dV = P^T dO; dP = dO V^T
+    gemm_batched<T>(ctx, true, false, seq, d, seq, 1.0f, p, seq, square, dout, h, d, 0.0f, dv, ld,
+                    d, heads);
+    gemm_batched<T>(ctx, false, true, seq, seq, d, 1.0f, dout, h, d, v, ld, d, 0.0f, scratch, seq,
+                    square, heads);
+    softmax_backward_kernel<T>
+        <<<static_cast<unsigned>(heads * seq), kThreads, 0, stream(ctx)>>>(p, scratch, seq, scale);
+    check_launch();
+    // dQ = dS K; dK = dS^T Q
+    gemm_batched<T>(ctx, false, false, seq, d, seq, 1.0f, scratch, seq, square, k, ld, d, 0.0f, dq,
+                    ld, d, heads);
+    gemm_batched<T>(ctx, true, false, seq, d, seq, 1.0f, scratch, seq, square, q, ld, d, 0.0f, dk,
+                    ld, d, heads);
+  }
+}
+
+template <typename T>
+void cross_entropy(Context& ctx, const T* logits, const std::int32_t* targets, T* d_logits,
+                   float* row_loss, int n, int vocab, float scale) {
+  if (n == 0) return;
+  cross_entropy_kernel<T>
+      <<<n, kThreads, 0, stream(ctx)>>>(logits, targets, d_logits, row_loss, vocab, scale / n);
+  check_launch();
+}
+
+template <typename T>
+void embedding_forward(Context& ctx, const std::int32_t* tokens, const float* tok, const float* pos,
+                       T* x, int n, int seq, int h) {
+  const std::size_t count = static_cast<std::size_t>(n) * h;
+  if (!count) return;
+  embedding_forward_kernel<T>
+      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(tokens, tok, pos, x, n, seq, h);
+  check_launch();
+}
+
+template <typename T>
+void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, float* dtok,
+                        float* dpos, int n, int seq, int h) {
+  const std::size_t count = static_cast<std::size_t>(n) * h;
+  if (!count) return;
+  embedding_backward_kernel<T>
+      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(tokens, dx, dtok, dpos, n, seq, h);
+  check_launch();
+}
+
+#define TED_INSTANTIATE_LAYERS(T)                                                                 \
+  template void from_float<T>(Context&, const float*, T*, std::size_t);                           \
+  template void to_float<T>(Context&, const T*, float*, std::size_t);                             \
+  template void copy<T>(Context&, const T*, T*, std::size_t);                                     \
+  template void zero<T>(Context&, T*, std::size_t);                                               \
+  template void add<T>(Context&, const T*, T*, std::size_t);                                      \
+  template void scale<T>(Context&, T*, float, std::size_t);                                       \
+  template void add_bias<T>(Context&, T*, const float*, int, int, int);                           \
+  template void bias_grad<T>(Context&, const T*, float*, int, int, int);                          \
+  template void linear_forward<T>(Context&, const T*, const T*, const float*, T*, int, int, int); \
+  template void linear_backward<T>(Context&, const T*, const T*, const T*, T*, float*, float*,    \
+                                   int, int, int);                                                \
+  template void layernorm_forward<T>(Context&, const T*, const float*, const float*, T*, float*,  \
+                                     float*, int, int);                                           \
+  template void layernorm_backward<T>(Context&, const T*, const float*, const float*,             \
+                                      const float*, const T*, T*, float*, float*, int, int);      \
+  template void gelu_forward<T>(Context&, const T*, T*, std::size_t);                             \
+  template void gelu_backward<T>(Context&, const T*, const T*, T*, std::size_t);                  \
+  template void attention_forward<T>(Context&, const T*, T*, T*, int, int, int, int);             \
+  template void attention_backward<T>(Context&, const T*, const T*, const T*, T*, T*, int, int,   \
+                                      int, int);                                                  \
+  template void cross_entropy<T>(Context&, const T*, const std::int32_t*, T*, float*, int, int,   \
+                                 float);                                                          \
+  template void embedding_forward<T>(Context&, const std::int32_t*, const float*, const float*,   \
+                                     T*, int, int, int);                                          \
+  template void embedding_backward<T>(Context&, const std::int32_t*, const T*, float*, float*,    \
+                                      int, int, int);
+TED_INSTANTIATE_LAYERS(float)
+TED_INSTANTIATE_LAYERS(Half)
+TED_INSTANTIATE_LAYERS(BFloat16)
+
+}  // namespace ted::kernels::cuda

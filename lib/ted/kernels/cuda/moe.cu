@@ -1,0 +1,437 @@
+// MoE on the GPU: gate softmax and top-k, capacity with positional or random (RTS) priority,
+// the aux loss, the token permutation (gathers and scatters by index, not one-hot matmuls) and
+// the experts as batched GEMMs. Semantics: model::route (gating.hpp), checked against it.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <cfloat>
+#include <vector>
+
+#include "ted/kernels/cuda/common.cuh"
+#include "ted/model/random.hpp"
+
+namespace ted::kernels::cuda {
+namespace {
+
+// One thread per token: softmax, first choice (argmax, lowest index on ties, as
+// std::max_element), second choice (argmax of the rest, on logits + Gumbel noise if asked),
+// the chosen probabilities, and the first-choice counts.
+__global__ void gate_kernel(const float* logits, int tokens, int experts, int top_k,
+                            model::GateConfig config, model::RoutingKey key, float* probs,
+                            std::int32_t* expert, std::int32_t* slot, float* gate_value,
+                            std::int32_t* first_count) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= tokens) return;
+  const float* row = logits + static_cast<std::size_t>(s) * experts;
+  float* p = probs + static_cast<std::size_t>(s) * experts;
+  float max = row[0];
+  for (int e = 1; e < experts; ++e) max = fmaxf(max, row[e]);
+  float sum = 0;
+  for (int e = 0; e < experts; ++e) sum += (p[e] = expf(row[e] - max));
+  int first = 0;
+  for (int e = 0; e < experts; ++e) {
+    p[e] /= sum;
+    if (p[e] > p[first]) first = e;
+  }
+  expert[s * top_k] = first;
+  slot[s * top_k] = -1;
+  gate_value[s * top_k] = p[first];
+  atomicAdd(first_count + first, 1);
+  if (top_k == 2) {
+    int second = -1;
+    double best = -INFINITY;
+    for (int e = 0; e < experts; ++e) {
+      if (e == first) continue;
+      double score = static_cast<double>(row[e]);
+      if (config.second_choice_noise)
+        score += random::gumbel(random::hash(key.seed, random::kSecondNoise, key.step, key.layer,
+                                             (key.first_token + s) * experts + e));
+      if (score > best) best = score, second = e;
+    }
+    expert[s * top_k + 1] = second;
+    slot[s * top_k + 1] = -1;
+    gate_value[s * top_k + 1] = p[second];
+  }
+}
+
+__global__ void priority_kernel(int tokens, model::RoutingKey key, std::uint64_t* score,
+                                std::int32_t* order) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= tokens) return;
+  score[s] =
+      random::hash(key.seed, random::kTokenSelection, key.step, key.layer, key.first_token + s);
+  order[s] = s;
+}
+
+__global__ void iota_kernel(std::int32_t* order, int tokens) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < tokens) order[s] = s;
+}
+
+__global__ void load_kernel(const std::int32_t* expert, int choices, std::int32_t* load) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < choices) atomicAdd(load + expert[i], 1);
+}
+
+// One warp per expert. Round k walks the tokens in priority order, 32 at a time; a ballot
+// gives each matching choice its place among the matches, so slots are handed out in exactly
+// the order of the CPU's sequential loop, and an expert's fill stops at the capacity.
+__global__ void slot_kernel(const std::int32_t* expert, const std::int32_t* order, int tokens,
+                            int top_k, int capacity, std::int32_t* slot) {
+  const int e = blockIdx.x;
+  const int lane = threadIdx.x;
+  int fill = 0;
+  for (int k = 0; k < top_k; ++k) {
+    for (int base = 0; base < tokens; base += 32) {
+      const int i = base + lane;
+      const int s = i < tokens ? order[i] : -1;
+      const bool match = s >= 0 && expert[s * top_k + k] == e;
+      const unsigned ballot = __ballot_sync(0xffffffffu, match);
+      if (match) {
+        const int place = fill + __popc(ballot & ((1u << lane) - 1u));
+        slot[s * top_k + k] = place < capacity ? place : -1;
+      }
+      fill = min(fill + __popc(ballot), capacity);
+    }
+  }
+}
+
+__global__ void weight_kernel(const std::int32_t* slot, const float* gate_value, int tokens,
+                              int top_k, float* weight) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= tokens) return;
+  const int base = s * top_k;
+  if (top_k == 1) {
+    weight[base] = slot[base] >= 0 ? gate_value[base] : 0.0f;
+  } else {
+    float a = slot[base] >= 0 ? gate_value[base] : 0.0f;
+    float b = slot[base + 1] >= 0 ? gate_value[base + 1] : 0.0f;
+    float denominator = fmaxf(a + b, FLT_EPSILON);
+    weight[base] = a / denominator;
+    weight[base + 1] = b / denominator;
+  }
+}
+
+// One block: thread e sums expert e's column of probs in token order (as the CPU does), then
+// thread 0 adds the experts' terms in expert order.
+__global__ void aux_kernel(const float* probs, const std::int32_t* first_count, int tokens,
+                           int experts, float* term, float* aux) {
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    float mean = 0;
+    for (int s = 0; s < tokens; ++s) mean += probs[static_cast<std::size_t>(s) * experts + e];
+    term[e] = tokens ? (mean / tokens) * (static_cast<float>(first_count[e]) / tokens) : 0.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0;
+    for (int e = 0; e < experts; ++e) total += term[e];
+    *aux = total * experts;
+  }
+}
+
+// d logits of one token, as model::route_backward.
+template <typename T>
+__global__ void route_backward_kernel(const float* probs, const std::int32_t* expert,
+                                      const std::int32_t* slot, const float* gate_value,
+                                      const std::int32_t* first_count, const float* d_weight,
+                                      int tokens, int experts, int top_k, float aux_scale,
+                                      T* d_logits) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= tokens) return;
+  const int base = s * top_k;
+  int e1 = expert[base], e2 = -1;
+  float c1 = 0, c2 = 0;  // d weight-path contributions to d probs[e1], d probs[e2]
+  if (top_k == 1) {
+    if (slot[base] >= 0) c1 = d_weight[base];
+  } else {
+    e2 = expert[base + 1];
+    float k1 = slot[base] >= 0 ? 1.0f : 0.0f, k2 = slot[base + 1] >= 0 ? 1.0f : 0.0f;
+    float a = gate_value[base] * k1, b = gate_value[base + 1] * k2, sum = a + b;
+    float dw1 = d_weight[base], dw2 = d_weight[base + 1];
+    if (sum >= FLT_EPSILON) {
+      float inv2 = 1.0f / (sum * sum);
+      c1 = k1 * b * (dw1 - dw2) * inv2;
+      c2 = k2 * a * (dw2 - dw1) * inv2;
+    } else {
+      c1 = k1 * dw1 / FLT_EPSILON;
+      c2 = k2 * dw2 / FLT_EPSILON;
+    }
+  }
+  const float* p = probs + static_cast<std::size_t>(s) * experts;
+  auto d_prob = [&](int e) {
+    float d = aux_scale * static_cast<float>(experts) *
+              (static_cast<float>(first_count[e]) / tokens) / tokens;
+    if (e == e1) d += c1;
+    if (e == e2) d += c2;
+    return d;
+  };
+  float dot = 0;
+  for (int e = 0; e < experts; ++e) dot += p[e] * d_prob(e);
+  T* out = d_logits + static_cast<std::size_t>(s) * experts;
+  for (int e = 0; e < experts; ++e) out[e] = store<T>(p[e] * (d_prob(e) - dot));
+}
+
+// Grid-stride over [tokens * top_k, h]: the kept choice (s, k) copies x[s] to its slot.
+template <typename T>
+__global__ void dispatch_kernel(const T* x, const std::int32_t* expert, const std::int32_t* slot,
+                                int choices, int top_k, int capacity, int h, T* buffer) {
+  const std::size_t count = static_cast<std::size_t>(choices) * h;
+  TED_GRID_STRIDE(i, count) {
+    const int c = static_cast<int>(i / h), j = static_cast<int>(i % h);
+    if (slot[c] < 0) continue;
+    const std::size_t row = static_cast<std::size_t>(expert[c]) * capacity + slot[c];
+    buffer[row * h + j] = x[static_cast<std::size_t>(c / top_k) * h + j];
+  }
+}
+
+// Per token: dx[s] += its kept slots' gradients (dispatch backward), or
+// y[s] = sum_k w_k out[slot_k] (combine). Each token owns its row: no atomics.
+template <typename T, bool kCombine>
+__global__ void gather_kernel(const T* rows, const std::int32_t* expert, const std::int32_t* slot,
+                              const float* weight, int tokens, int top_k, int capacity, int h,
+                              T* y) {
+  const std::size_t count = static_cast<std::size_t>(tokens) * h;
+  TED_GRID_STRIDE(i, count) {
+    const int s = static_cast<int>(i / h), j = static_cast<int>(i % h);
+    float acc = kCombine ? 0.0f : load(y[i]);
+    for (int k = 0; k < top_k; ++k) {
+      const int c = s * top_k + k;
+      if (slot[c] < 0) continue;
+      const std::size_t row = static_cast<std::size_t>(expert[c]) * capacity + slot[c];
+      acc += (kCombine ? weight[c] : 1.0f) * load(rows[row * h + j]);
+    }
+    y[i] = store<T>(acc);
+  }
+}
+
+// One block per choice (s, k): d_out[slot] = w dy[s], d_weight = dy[s] . out[slot].
+template <typename T>
+__global__ void combine_backward_kernel(const T* expert_out, const T* dy,
+                                        const std::int32_t* expert, const std::int32_t* slot,
+                                        const float* weight, int top_k, int capacity, int h,
+                                        T* d_expert_out, float* d_weight) {
+  __shared__ float shared[32];
+  const int c = blockIdx.x;
+  if (slot[c] < 0) {
+    if (threadIdx.x == 0) d_weight[c] = 0;
+    return;
+  }
+  const std::size_t row = static_cast<std::size_t>(expert[c]) * capacity + slot[c];
+  const T* g = dy + static_cast<std::size_t>(c / top_k) * h;
+  const float w = weight[c];
+  float dot = 0;
+  for (int j = threadIdx.x; j < h; j += blockDim.x) {
+    const float gj = load(g[j]);
+    d_expert_out[row * h + j] = store<T>(w * gj);
+    dot += gj * load(expert_out[row * h + j]);
+  }
+  dot = block_sum(dot, shared);
+  if (threadIdx.x == 0) d_weight[c] = dot;
+}
+
+unsigned token_blocks(int tokens) {
+  return static_cast<unsigned>((tokens + kThreads - 1) / kThreads);
+}
+
+template <typename T>
+void ensure(Context& ctx, Tensor<T>& tensor, std::size_t size) {
+  if (tensor.size() != size) tensor = Tensor<T>(ctx.device(), size);
+}
+
+}  // namespace
+
+void route(Context& ctx, const float* logits, int tokens, const model::GateConfig& config,
+           const model::RoutingKey& key, DeviceRouting& r) {
+  const int E = config.experts, K = config.top_k;
+  const std::size_t choices = static_cast<std::size_t>(tokens) * K;
+  r.tokens = tokens;
+  r.experts = E;
+  r.top_k = K;
+  ensure(ctx, r.probs, static_cast<std::size_t>(tokens) * E);
+  ensure(ctx, r.expert, choices);
+  ensure(ctx, r.slot, choices);
+  ensure(ctx, r.gate_value, choices);
+  ensure(ctx, r.weight, choices);
+  ensure(ctx, r.first_count, E);
+  ensure(ctx, r.aux, 1);
+  ensure(ctx, r.order, tokens);
+  cudaStream_t s = stream(ctx);
+  TED_CHECK_CUDA(cudaMemsetAsync(r.first_count.data(), 0, E * sizeof(std::int32_t), s));
+  if (tokens == 0) {
+    r.capacity = config.dropless ? 0 : model::expert_capacity(config, 0);
+    TED_CHECK_CUDA(cudaMemsetAsync(r.aux.data(), 0, sizeof(float), s));
+    return;
+  }
+  gate_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(
+      logits, tokens, E, K, config, key, r.probs.data(), r.expert.data(), r.slot.data(),
+      r.gate_value.data(), r.first_count.data());
+  check_launch();
+
+  if (config.random_token_selection) {  // stable sort by descending random score
+    Tensor<std::uint64_t> score(ctx.device(), tokens), sorted_score(ctx.device(), tokens);
+    Tensor<std::int32_t> identity(ctx.device(), tokens);
+    priority_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(tokens, key, score.data(),
+                                                              identity.data());
+    check_launch();
+    std::size_t temp_bytes = 0;
+    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(nullptr, temp_bytes, score.data(),
+                                                             sorted_score.data(), identity.data(),
+                                                             r.order.data(), tokens, 0, 64, s));
+    DeviceBuffer temp(ctx.device(), temp_bytes);
+    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(temp.data(), temp_bytes, score.data(),
+                                                             sorted_score.data(), identity.data(),
+                                                             r.order.data(), tokens, 0, 64, s));
+    ctx.synchronize();  // the temporaries are freed on return
+  } else {
+    iota_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(r.order.data(), tokens);
+    check_launch();
+  }
+
+  if (config.dropless) {  // capacity = the largest load, read back
+    Tensor<std::int32_t> load = zeros<std::int32_t>(ctx.device(), E);
+    load_kernel<<<blocks_for(choices), kThreads, 0, s>>>(r.expert.data(), static_cast<int>(choices),
+                                                         load.data());
+    check_launch();
+    std::vector<std::int32_t> host(E);
+    ctx.device().copy_to_host(host.data(), load.data(), E * sizeof(std::int32_t));
+    r.capacity = 0;
+    for (int v : host) r.capacity = std::max(r.capacity, v);
+  } else {
+    r.capacity = model::expert_capacity(config, tokens);
+  }
+  slot_kernel<<<E, 32, 0, s>>>(r.expert.data(), r.order.data(), tokens, K, r.capacity,
+                               r.slot.data());
+  check_launch();
+  weight_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(r.slot.data(), r.gate_value.data(),
+                                                          tokens, K, r.weight.data());
+  check_launch();
+  Tensor<float> term(ctx.device(), E);
+  aux_kernel<<<1, kThreads, 0, s>>>(r.probs.data(), r.first_count.data(), tokens, E, term.data(),
+                                    r.aux.data());
+  check_launch();
+  ctx.synchronize();  // `term` is freed on return
+}
+
+template <typename T>
+void route_backward(Context& ctx, const DeviceRouting& r, const float* d_weight, float aux_scale,
+                    T* d_logits) {
+  if (r.tokens == 0) return;
+  route_backward_kernel<T><<<token_blocks(r.tokens), kThreads, 0, stream(ctx)>>>(
+      r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(), r.first_count.data(),
+      d_weight, r.tokens, r.experts, r.top_k, aux_scale, d_logits);
+  check_launch();
+}
+
+int dropped(Context& ctx, const DeviceRouting& r) {
+  std::vector<std::int32_t> host(r.slot.size());
+  ctx.device().copy_to_host(host.data(), r.slot.data(), host.size() * sizeof(std::int32_t));
+  int count = 0;
+  for (int v : host) count += v < 0;
+  return count;
+}
+
+float aux(Context& ctx, const DeviceRouting& r) {
+  float host = 0;
+  ctx.device().copy_to_host(&host, r.aux.data(), sizeof host);
+  return host;
+}
+
+template <typename T>
+void dispatch(Context& ctx, const T* x, const DeviceRouting& r, T* buffer, int h) {
+  const std::size_t full = static_cast<std::size_t>(r.experts) * r.capacity * h;
+  if (!full) return;
+  TED_CHECK_CUDA(cudaMemsetAsync(buffer, 0, full * sizeof(T), stream(ctx)));
+  const std::size_t count = static_cast<std::size_t>(r.tokens) * r.top_k * h;
+  if (!count) return;
+  dispatch_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(
+      x, r.expert.data(), r.slot.data(), r.tokens * r.top_k, r.top_k, r.capacity, h, buffer);
+  check_launch();
+}
+
+template <typename T>
+void dispatch_backward(Context& ctx, const T* d_buffer, const DeviceRouting& r, T* dx, int h) {
+  const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
+  if (!count) return;
+  gather_kernel<T, false><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(
+      d_buffer, r.expert.data(), r.slot.data(), nullptr, r.tokens, r.top_k, r.capacity, h, dx);
+  check_launch();
+}
+
+template <typename T>
+void combine(Context& ctx, const T* expert_out, const DeviceRouting& r, T* y, int h) {
+  const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
+  if (!count) return;
+  gather_kernel<T, true><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(
+      expert_out, r.expert.data(), r.slot.data(), r.weight.data(), r.tokens, r.top_k, r.capacity, h,
+      y);
+  check_launch();
+}
+
+template <typename T>
+void combine_backward(Context& ctx, const T* expert_out, const T* dy, const DeviceRouting& r,
+                      T* d_expert_out, float* d_weight, int h) {
+  const std::size_t full = static_cast<std::size_t>(r.experts) * r.capacity * h;
+  if (full) TED_CHECK_CUDA(cudaMemsetAsync(d_expert_out, 0, full * sizeof(T), stream(ctx)));
+  const int choices = r.tokens * r.top_k;
+  if (!choices) return;
+  combine_backward_kernel<T><<<choices, kThreads, 0, stream(ctx)>>>(
+      expert_out, dy, r.expert.data(), r.slot.data(), r.weight.data(), r.top_k, r.capacity, h,
+      d_expert_out, d_weight);
+  check_launch();
+}
+
+template <typename T>
+void expert_ffn_forward(Context& ctx, const T* in, const T* w1, const float* b1, const T* w2,
+                        const float* b2, T* hidden, T* act, T* out, int E, int C, int h, int f) {
+  if (E == 0 || C == 0) return;
+  const std::int64_t in_stride = static_cast<std::int64_t>(C) * h;
+  const std::int64_t mid_stride = static_cast<std::int64_t>(C) * f;
+  const std::int64_t w_stride = static_cast<std::int64_t>(h) * f;
+  gemm_batched<T>(ctx, false, false, C, f, h, 1.0f, in, h, in_stride, w1, f, w_stride, 0.0f, hidden,
+                  f, mid_stride, E);
+  add_bias<T>(ctx, hidden, b1, E * C, f, C);
+  gelu_forward<T>(ctx, hidden, act, static_cast<std::size_t>(E) * mid_stride);
+  gemm_batched<T>(ctx, false, false, C, h, f, 1.0f, act, f, mid_stride, w2, h, w_stride, 0.0f, out,
+                  h, in_stride, E);
+  add_bias<T>(ctx, out, b2, E * C, h, C);
+}
+
+template <typename T>
+void expert_ffn_backward(Context& ctx, const T* in, const T* w1, const T* w2, const T* hidden,
+                         const T* act, const T* d_out, T* d_in, T* d_act, float* dw1, float* db1,
+                         float* dw2, float* db2, int E, int C, int h, int f) {
+  if (E == 0 || C == 0) return;
+  const std::int64_t in_stride = static_cast<std::int64_t>(C) * h;
+  const std::int64_t mid_stride = static_cast<std::int64_t>(C) * f;
+  const std::int64_t w_stride = static_cast<std::int64_t>(h) * f;
+  // Second layer: dW2 += act^T dOut, db2 += sums, dAct = dOut W2^T.
+  gemm_batched_f32_out<T>(ctx, true, false, f, h, C, 1.0f, act, f, mid_stride, d_out, h, in_stride,
+                          1.0f, dw2, h, w_stride, E);
+  bias_grad<T>(ctx, d_out, db2, E * C, h, C);
+  gemm_batched<T>(ctx, false, true, C, f, h, 1.0f, d_out, h, in_stride, w2, h, w_stride, 0.0f,
+                  d_act, f, mid_stride, E);
+  gelu_backward<T>(ctx, hidden, d_act, d_act, static_cast<std::size_t>(E) * mid_stride);
+  // First layer: dW1 += in^T dHidden, db1 += sums, dIn = dHidden W1^T.
+  gemm_batched_f32_out<T>(ctx, true, false, h, f, C, 1.0f, in, h, in_stride, d_act, f, mid_stride,
+                          1.0f, dw1, f, w_stride, E);
+  bias_grad<T>(ctx, d_act, db1, E * C, f, C);
+  gemm_batched<T>(ctx, false, true, C, h, f, 1.0f, d_act, f, mid_stride, w1, f, w_stride, 0.0f,
+                  d_in, h, in_stride, E);
+}
+
+#define TED_INSTANTIATE_MOE(T)                                                                     \
+  template void route_backward<T>(Context&, const DeviceRouting&, const float*, float, T*);        \
+  template void dispatch<T>(Context&, const T*, const DeviceRouting&, T*, int);                    \
+  template void dispatch_backward<T>(Context&, const T*, const DeviceRouting&, T*, int);           \
+  template void combine<T>(Context&, const T*, const DeviceRouting&, T*, int);                     \
+  template void combine_backward<T>(Context&, const T*, const T*, const DeviceRouting&, T*,        \
+                                    float*, int);                                                  \
+  template void expert_ffn_forward<T>(Context&, const T*, const T*, const float*, const T*,        \
+                                      const float*, T*, T*, T*, int, int, int, int);               \
+  template void expert_ffn_backward<T>(Context&, const T*, const T*, const T*, const T*, const T*, \
+                                       const T*, T*, T*, float*, float*, float*, float*, int, int, \
+                                       int, int);
+TED_INSTANTIATE_MOE(float)
+TED_INSTANTIATE_MOE(Half)
+TED_INSTANTIATE_MOE(BFloat16)
+
+}  // namespace ted::kernels::cuda
