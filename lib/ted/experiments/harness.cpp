@@ -90,8 +90,8 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
          "'");
   if (!projecting && c.backend != "cpu")
     fail("key 'run.backend' is '" + c.backend +
-         "', but this build runs the model on the CPU backend only (the CUDA model backend is "
-         "not built yet); use cpu");
+         "', but the experiments run TED on the CPU backend only (the CUDA model runs on one GPU, "
+         "not yet split over NCCL groups); use cpu");
   if (c.dtype != "fp32" && c.dtype != "fp16" && c.dtype != "bf16")
     fail("key 'run.dtype' must be fp32, fp16 or bf16, got '" + c.dtype + "'");
   if (!projecting && c.dtype != "fp32")
