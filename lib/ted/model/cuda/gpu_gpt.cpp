@@ -199,7 +199,7 @@ GpuLosses<T> GpuGpt<T>::forward(const std::int32_t* tokens, const std::int32_t* 
     tokens_dev_ = Tensor<std::int32_t>(device, N), targets_dev_ = Tensor<std::int32_t>(device, N);
     lnf_ = Tensor<T>(device, Nh), d_a_ = Tensor<T>(device, Nh), d_b_ = Tensor<T>(device, Nh);
     d_lnf_ = Tensor<T>(device, Nh);
-    logits_ = Tensor<T>(device, N * V);
+    logits_ = Tensor<T>(device, N * V), d_logits_ = Tensor<T>(device, N * V);
     lnf_mean_ = Tensor<float>(device, N), lnf_rstd_ = Tensor<float>(device, N);
     row_loss_ = Tensor<float>(device, N);
   }
@@ -229,9 +229,10 @@ GpuLosses<T> GpuGpt<T>::forward(const std::int32_t* tokens, const std::int32_t* 
   kc::linear_forward<T>(ctx_, lnf_.data(), copy_.data() + offset_of("lm_head.w"), nullptr,
                         logits_.data(), tokens_, h, V);
   flops_ += 2.0 * tokens_ * h * V;
-  // The logits' buffer becomes their gradient (scale 1 here; backward applies the loss scale).
-  kc::cross_entropy<T>(ctx_, logits_.data(), targets_dev_.data(), logits_.data(), row_loss_.data(),
-                       tokens_, V, 1.0f);
+  // The loss only; backward recomputes the gradient with the loss scale inside, so fp16 never
+  // holds an unscaled (underflowing) logit gradient.
+  kc::cross_entropy<T>(ctx_, logits_.data(), targets_dev_.data(), d_logits_.data(),
+                       row_loss_.data(), tokens_, V, 1.0f);
   losses.lm = kc::sum(ctx_, row_loss_.data(), tokens_) / tokens_;
   return losses;
 }
@@ -241,8 +242,9 @@ void GpuGpt<T>::backward(float loss_scale) {
   TED_CHECK(tokens_ > 0, "backward without forward");
   const int S = config_.seq_len, h = config_.hidden, V = config_.vocab;
   const std::size_t Nh = static_cast<std::size_t>(tokens_) * h;
-  T* d_logits = logits_.data();
-  kc::scale<T>(ctx_, d_logits, loss_scale, static_cast<std::size_t>(tokens_) * V);
+  T* d_logits = d_logits_.data();
+  kc::cross_entropy<T>(ctx_, logits_.data(), targets_dev_.data(), d_logits, row_loss_.data(),
+                       tokens_, V, loss_scale);
   float* g = grads_.data();
   kc::zero<T>(ctx_, d_lnf_.data(), Nh);
   kc::linear_backward<T>(ctx_, lnf_.data(), copy_.data() + offset_of("lm_head.w"), d_logits,

@@ -123,7 +123,7 @@ class GpuGpt {
   double flops_ = 0;
   Tensor<std::int32_t> tokens_dev_, targets_dev_;
   std::vector<Tensor<T>> xs_;  // block inputs, then the final LayerNorm's input
-  Tensor<T> lnf_, logits_, d_a_, d_b_, d_lnf_;
+  Tensor<T> lnf_, logits_, d_logits_, d_a_, d_b_, d_lnf_;
   Tensor<float> lnf_mean_, lnf_rstd_, row_loss_;
 };
 
