@@ -11,6 +11,13 @@ namespace ted::model {
 
 namespace cpu = ted::kernels::cpu;
 
+void check_token_ids(const std::int32_t* tokens, const std::int32_t* targets, int count,
+                     int vocab) {
+  for (int i = 0; i < count; ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab || targets[i] < 0 || targets[i] >= vocab)
+      throw Error("forward: token id outside the vocabulary of " + std::to_string(vocab));
+}
+
 template <typename T>
 GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelParallel& parallel)
     : config_(config), device_(device), parallel_(parallel) {
@@ -297,10 +304,7 @@ Losses<T> GptModel<T>::forward(const Batch& batch) {
     throw Error("forward: " + std::to_string(batch.sequences) +
                 " sequences do not split into gating groups of " +
                 std::to_string(group_sequences_));
-  for (int i = 0; i < tokens_; ++i)
-    if (batch.tokens[i] < 0 || batch.tokens[i] >= V || batch.targets[i] < 0 ||
-        batch.targets[i] >= V)
-      throw Error("forward: token id outside the vocabulary of " + std::to_string(V));
+  check_token_ids(batch.tokens, batch.targets, tokens_, V);
   last_forward_flops_ = 0;
   const std::size_t Nh = static_cast<std::size_t>(tokens_) * h;
 

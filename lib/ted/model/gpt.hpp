@@ -51,6 +51,9 @@ struct ModelParallel {
   std::size_t expert_pad = 1;
 };
 
+// Throws Error when a token or target id of the `count` given lies outside [0, vocab).
+void check_token_ids(const std::int32_t* tokens, const std::int32_t* targets, int count, int vocab);
+
 template <typename T>
 class GptModel {
  public:

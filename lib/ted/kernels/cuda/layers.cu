@@ -19,11 +19,6 @@ __global__ void add_kernel(const T* a, T* y, std::size_t count) {
   TED_GRID_STRIDE(i, count) y[i] = store<T>(load(y[i]) + load(a[i]));
 }
 
-template <typename T>
-__global__ void scale_kernel(T* y, float factor, std::size_t count) {
-  TED_GRID_STRIDE(i, count) y[i] = store<T>(load(y[i]) * factor);
-}
-
 __global__ void sum_kernel(const float* values, std::size_t count, double* total) {
   __shared__ float shared[32];
   float part = 0;
@@ -259,13 +254,6 @@ void add(Context& ctx, const T* a, T* y, std::size_t count) {
   check_launch();
 }
 
-template <typename T>
-void scale(Context& ctx, T* y, float factor, std::size_t count) {
-  if (!count) return;
-  scale_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(y, factor, count);
-  check_launch();
-}
-
 float sum(Context& ctx, const float* values, std::size_t count) {
   Tensor<double> total = zeros<double>(ctx.device(), 1);
   if (count) {
@@ -446,7 +434,6 @@ void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, f
   template void copy<T>(Context&, const T*, T*, std::size_t);                                     \
   template void zero<T>(Context&, T*, std::size_t);                                               \
   template void add<T>(Context&, const T*, T*, std::size_t);                                      \
-  template void scale<T>(Context&, T*, float, std::size_t);                                       \
   template void add_bias<T>(Context&, T*, const float*, int, int, int);                           \
   template void bias_grad<T>(Context&, const T*, float*, int, int, int);                          \
   template void linear_forward<T>(Context&, const T*, const T*, const float*, T*, int, int, int); \

@@ -267,32 +267,33 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
   check_launch();
 
   if (config.random_token_selection) {  // stable sort by descending random score
-    Tensor<std::uint64_t> score(ctx.device(), tokens), sorted_score(ctx.device(), tokens);
-    Tensor<std::int32_t> identity(ctx.device(), tokens);
-    priority_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(tokens, key, score.data(),
-                                                              identity.data());
+    ensure(ctx, r.scores, tokens);
+    ensure(ctx, r.sorted_scores, tokens);
+    ensure(ctx, r.identity, tokens);
+    priority_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(tokens, key, r.scores.data(),
+                                                              r.identity.data());
     check_launch();
     std::size_t temp_bytes = 0;
-    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(nullptr, temp_bytes, score.data(),
-                                                             sorted_score.data(), identity.data(),
-                                                             r.order.data(), tokens, 0, 64, s));
-    DeviceBuffer temp(ctx.device(), temp_bytes);
-    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(temp.data(), temp_bytes, score.data(),
-                                                             sorted_score.data(), identity.data(),
-                                                             r.order.data(), tokens, 0, 64, s));
-    ctx.synchronize();  // the temporaries are freed on return
+    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(
+        nullptr, temp_bytes, r.scores.data(), r.sorted_scores.data(), r.identity.data(),
+        r.order.data(), tokens, 0, 64, s));
+    if (r.sort_temp.bytes() < temp_bytes) r.sort_temp = DeviceBuffer(ctx.device(), temp_bytes);
+    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(
+        r.sort_temp.data(), temp_bytes, r.scores.data(), r.sorted_scores.data(), r.identity.data(),
+        r.order.data(), tokens, 0, 64, s));
   } else {
     iota_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(r.order.data(), tokens);
     check_launch();
   }
 
   if (config.dropless) {  // capacity = the largest load, read back
-    Tensor<std::int32_t> load = zeros<std::int32_t>(ctx.device(), E);
+    ensure(ctx, r.load, E);
+    TED_CHECK_CUDA(cudaMemsetAsync(r.load.data(), 0, E * sizeof(std::int32_t), s));
     load_kernel<<<blocks_for(choices), kThreads, 0, s>>>(r.expert.data(), static_cast<int>(choices),
-                                                         load.data());
+                                                         r.load.data());
     check_launch();
     std::vector<std::int32_t> host(E);
-    ctx.device().copy_to_host(host.data(), load.data(), E * sizeof(std::int32_t));
+    ctx.device().copy_to_host(host.data(), r.load.data(), E * sizeof(std::int32_t));
     r.capacity = 0;
     for (int v : host) r.capacity = std::max(r.capacity, v);
   } else {
@@ -304,11 +305,10 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
   weight_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(r.slot.data(), r.gate_value.data(),
                                                           tokens, K, r.weight.data());
   check_launch();
-  Tensor<float> term(ctx.device(), E);
-  aux_kernel<<<1, kThreads, 0, s>>>(r.probs.data(), r.first_count.data(), tokens, E, term.data(),
-                                    r.aux.data());
+  ensure(ctx, r.aux_terms, E);
+  aux_kernel<<<1, kThreads, 0, s>>>(r.probs.data(), r.first_count.data(), tokens, E,
+                                    r.aux_terms.data(), r.aux.data());
   check_launch();
-  ctx.synchronize();  // `term` is freed on return
 }
 
 template <typename T>

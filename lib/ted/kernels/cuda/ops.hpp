@@ -52,9 +52,7 @@ void copy(Context& ctx, const T* src, T* dst, std::size_t count);
 template <typename T>
 void zero(Context& ctx, T* dst, std::size_t count);
 template <typename T>
-void add(Context& ctx, const T* a, T* y, std::size_t count);  // y += a
-template <typename T>
-void scale(Context& ctx, T* y, float factor, std::size_t count);
+void add(Context& ctx, const T* a, T* y, std::size_t count);      // y += a
 float sum(Context& ctx, const float* values, std::size_t count);  // synchronises
 // dst[i] = std * random::normal(seed, kInit, key, i): the CPU init's generator, on the device
 // (benchmark weights at sizes the host would take minutes to fill).
@@ -146,10 +144,15 @@ struct DeviceRouting {
   Tensor<std::int32_t> first_count;  // [experts]
   Tensor<float> aux;                 // [1]
   Tensor<std::int32_t> order;        // [tokens] priority order (position, or RTS)
+  // Workspace, kept between calls so routing neither allocates nor synchronises.
+  Tensor<float> aux_terms;                      // [experts]
+  Tensor<std::uint64_t> scores, sorted_scores;  // [tokens] RTS keys
+  Tensor<std::int32_t> identity, load;          // [tokens], [experts]
+  DeviceBuffer sort_temp;                       // CUB's radix-sort temporaries
 };
 
-// logits [tokens, experts] in fp32 (the gate GEMM writes fp32). Allocates `out` on first use;
-// synchronises only for a dropless capacity (the largest load is read back).
+// logits [tokens, experts] in fp32 (the gate GEMM writes fp32). Allocates `out` when the shape
+// changes; synchronises only for a dropless capacity (the largest load is read back).
 void route(Context& ctx, const float* logits, int tokens, const model::GateConfig& config,
            const model::RoutingKey& key, DeviceRouting& out);
 // d_logits (overwritten) from d_weight [tokens, top_k] and aux_scale * d aux.

@@ -135,6 +135,10 @@ GpuGpt<T>::GpuGpt(kc::Context& ctx, const ModelConfig& config) : ctx_(ctx), conf
   copy_ = Tensor<T>(device, total_);
   kc::from_float<T>(ctx_, master_.data(), copy_.data(), total_);
   grads_ = zeros<float>(device, total_);
+  for (int l = 0; l < config_.layers; ++l) {  // the buffers never move: resolve names once
+    block_weights_.push_back(weights(l));
+    block_grads_.push_back(grads_of(l));
+  }
 }
 
 template <typename T>
@@ -203,9 +207,7 @@ GpuLosses<T> GpuGpt<T>::forward(const std::int32_t* tokens, const std::int32_t* 
     lnf_mean_ = Tensor<float>(device, N), lnf_rstd_ = Tensor<float>(device, N);
     row_loss_ = Tensor<float>(device, N);
   }
-  for (int i = 0; i < tokens_; ++i)
-    if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
-      throw Error("forward: token id outside the vocabulary of " + std::to_string(V));
+  check_token_ids(tokens, targets, tokens_, V);
   device.copy_from_host(tokens_dev_.data(), tokens, tokens_ * sizeof(std::int32_t));
   device.copy_from_host(targets_dev_.data(), targets, tokens_ * sizeof(std::int32_t));
 
@@ -215,7 +217,7 @@ GpuLosses<T> GpuGpt<T>::forward(const std::int32_t* tokens, const std::int32_t* 
   flops_ = 0;
   for (int l = 0; l < config_.layers; ++l) {
     RoutingKey key{config_.seed, step, l, first_sample * S};
-    blocks_[l]->forward(xs_[l].data(), xs_[l + 1].data(), weights(l), key);
+    blocks_[l]->forward(xs_[l].data(), xs_[l + 1].data(), block_weights_[l], key);
     flops_ += blocks_[l]->forward_flops();
     if (config_.is_moe(l)) {
       losses.aux += kc::aux(ctx_, blocks_[l]->routing());
@@ -255,8 +257,8 @@ void GpuGpt<T>::backward(float loss_scale) {
                             g + offset_of("lnf.g"), g + offset_of("lnf.b"), tokens_, h);
   const float aux_scale = loss_scale * static_cast<float>(config_.gate.aux_coeff);
   for (int l = config_.layers - 1; l >= 0; --l) {
-    blocks_[l]->backward(xs_[l].data(), d_a_.data(), d_b_.data(), weights(l), grads_of(l),
-                         aux_scale);
+    blocks_[l]->backward(xs_[l].data(), d_a_.data(), d_b_.data(), block_weights_[l],
+                         block_grads_[l], aux_scale);
     std::swap(d_a_, d_b_);
   }
   kc::embedding_backward<T>(ctx_, tokens_dev_.data(), d_a_.data(), g + offset_of("tok_emb"),

@@ -118,6 +118,8 @@ class GpuGpt {
   std::size_t total_ = 0;
   Tensor<float> master_, grads_;
   Tensor<T> copy_;
+  std::vector<BlockWeights<T>> block_weights_;
+  std::vector<BlockGrads> block_grads_;
   std::vector<std::unique_ptr<GpuBlock<T>>> blocks_;
   int sequences_ = 0, tokens_ = 0;
   double flops_ = 0;
