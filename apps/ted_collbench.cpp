@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   CLI::App app{"TED collective benchmark (nccl-tests style): sizes, timing, checked data, CSV",
                "ted_collbench"};
   std::string op_name = "all_to_all", group_name = "world", dtype_name = "float";
-  std::string backend_name = "mpi", min_text = "1K", max_text = "16M", csv_path;
+  std::string backend_name = "mpi", device_name, min_text = "1K", max_text = "16M", csv_path;
   int tensor = 1, expert = 1, data = 0;
   ted::bench::CollectiveBenchOptions options;
   app.add_option("-o,--op", op_name,
@@ -66,8 +66,12 @@ int main(int argc, char** argv) {
   app.add_option("--tp", tensor, "tensor-parallel size T")->capture_default_str();
   app.add_option("--ep", expert, "expert-parallel size Ep")->capture_default_str();
   app.add_option("--dp", data, "data-parallel size D (0: ranks / (T * Ep))")->capture_default_str();
-  app.add_option("--backend", backend_name, "mpi (host memory) or nccl (GPU memory)")
+  app.add_option("--backend", backend_name,
+                 "mpi or nccl: what carries the buffers (nccl: GPU memory)")
       ->capture_default_str();
+  app.add_option("--device", device_name,
+                 "cpu or cuda: where the buffers live (default: cuda for nccl, else cpu; mpi on "
+                 "cuda stages GPU memory through host buffers)");
   app.add_flag("--compare-mpi", options.compare_mpi,
                "also time plain MPI calls in the same run (mpi backend)");
   app.add_option("--csv", csv_path,
@@ -86,17 +90,21 @@ int main(int argc, char** argv) {
     ted::Layout layout = ted::resolve_layout(mpi.world_size(), tensor, expert, data);
     ted::ProcessGrid grid(mpi.world_size(), layout);
     ted::bench::validate(options, grid.group_size(options.group));
-    ted::require_backend(backend);
-    if (csv_path.empty())
-      csv_path = "results/collbench/" + std::string(ted::to_string(options.op)) + "_" +
-                 std::string(ted::to_string(options.group)) + "_" + backend_name + "_G" +
-                 std::to_string(mpi.world_size()) + ".csv";
-
-    auto device = ted::make_device(backend);
+    if (device_name.empty()) device_name = backend == ted::CommBackend::nccl ? "cuda" : "cpu";
+    const ted::DeviceKind device_kind = ted::parse_device_kind(device_name);
+    ted::require_backend(device_kind, backend, MPI_COMM_WORLD);
+    auto device = ted::make_device(device_kind);
     ted::Ledger ledger;
     auto control = ted::MpiCommunicator::world(nullptr);
-    auto world = ted::make_world_communicator(backend, *device, nullptr);
-    ted::TedGroups groups(*world, grid);
+    auto world = ted::make_device_communicator(backend, *device, MPI_COMM_WORLD, nullptr);
+    if (options.compare_mpi && world->name() != "mpi")
+      throw ted::ConfigError("--compare-mpi needs host memory (--backend mpi --device cpu)");
+    const std::string carrier = world->name();  // mpi, mpi-staged or nccl
+    if (csv_path.empty())
+      csv_path = "results/collbench/" + std::string(ted::to_string(options.op)) + "_" +
+                 std::string(ted::to_string(options.group)) + "_" + carrier + "_G" +
+                 std::to_string(mpi.world_size()) + ".csv";
+    ted::TedGroups groups(*control, *world, grid);
     ted::Communicator& group = groups.group(options.group);
     group.set_ledger(&ledger);
 
@@ -109,7 +117,7 @@ int main(int argc, char** argv) {
       std::printf(
           "# backend %s (%s), dtype %s, warm-up %d, timed %d; time = slowest rank, "
           "median (p10 p90) in us; bandwidth GB/s\n",
-          backend_name.c_str(), device->name().c_str(),
+          carrier.c_str(), device->name().c_str(),
           std::string(ted::to_string(options.dtype)).c_str(), options.warmup_iters, options.iters);
       std::printf("#%11s %12s %10s %10s %10s %8s %8s %8s", "size", "count", "time", "p10", "p90",
                   "algbw", "busbw", "#wrong");
@@ -127,8 +135,8 @@ int main(int argc, char** argv) {
     }
     if (mpi.world_rank() == 0) {
       ted::CsvTable table = ted::bench::collective_bench_table();
-      ted::bench::CollectiveBenchContext context{backend_name, mpi.world_size(), layout,
-                                                 group.size(), ted::command_line(argc, argv)};
+      ted::bench::CollectiveBenchContext context{carrier, mpi.world_size(), layout, group.size(),
+                                                 ted::command_line(argc, argv)};
       for (const auto& row : rows) ted::bench::add_row(table, options, context, row);
       table.write_atomic(csv_path);
       if (options.compare_mpi && !rows.empty() && options.iters > 0)

@@ -53,9 +53,10 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
       command.c_str(), std::string(ted::git_revision()).c_str(), c.name.c_str(), c.devices_per_node,
       c.device.c_str(), c.memory_bytes, c.sustained_flops, c.intra.bandwidth, c.intra.latency,
       c.inter.bandwidth, c.inter.latency, c.source.c_str(),
-      config.dtype == "fp32" ? "fp32 throughout"
-                             : "mixed precision: 16-bit weights, gradients, activations and "
-                               "messages, fp32 master weights with Adam state",
+      config.train.run.dtype == "fp32"
+          ? "fp32 throughout"
+          : "mixed precision: 16-bit weights, gradients, activations and "
+            "messages, fp32 master weights with Adam state",
       config.train.model.gate.capacity_factor, config.train.model.gate.min_capacity);
   ted::write_file_atomic(csv + ".assumptions.txt", text);
 }
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
 
   return ted::run_app(argc, argv, app, [&](ted::MpiSession& mpi) {
     const pj::Cluster cluster = pj::Cluster::load(cluster_path);
-    ex::ExperimentConfig config = ex::load_config(config_path, overrides, "", true);
+    ex::ExperimentConfig config = ex::load_config(config_path, overrides, "");
     const std::string where = config_path + (overrides.empty() ? "" : " with --set");
     const std::string command = ted::command_line(argc, argv);
     if (mpi.world_rank() != 0) return 0;  // nothing to share: one process does it all
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
       labelled.iters = 0;
       labelled.warmup = 0;
       for (std::size_t i = 0; i < plan.points.size(); ++i) {
-        auto result = pj::project(plan.points[i], cluster, config.dtype);
+        auto result = pj::project(plan.points[i], cluster, config.train.run.dtype);
         ex::print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()),
                            plan.points[i], result);
         ex::add_result(table, labelled, plan.points[i], result, command);
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
       auto candidates = pj::search(config, gpus, cluster);
       std::printf("# %s on %d x %s (%s), %s: %zu candidates, fitting first, fastest first\n",
                   config.train.model.gate.experts > 0 ? config_path.c_str() : "", gpus,
-                  cluster.device.c_str(), cluster.name.c_str(), config.dtype.c_str(),
+                  cluster.device.c_str(), cluster.name.c_str(), config.train.run.dtype.c_str(),
                   candidates.size());
       std::printf("%4s %-18s %3s %3s %4s %10s %10s %10s %10s %5s\n", "rank", "system", "T", "Ep",
                   "D", "ms/iter", "compute", "comm", "peak GB", "fits");
@@ -172,7 +173,7 @@ int main(int argc, char** argv) {
       ted::Layout layout{std::stoi(row.at("T")), std::stoi(row.at("Ep")), std::stoi(row.at("D"))};
       auto point =
           ex::make_point(config, ex::parse_system(row.at("system"), measured), layout, train);
-      const auto t = pj::step_time(pj::shape_of(point, config.dtype), cluster);
+      const auto t = pj::step_time(pj::shape_of(point, config.train.run.dtype), cluster);
       const double measured_ms = std::stod(row.at("time_ms_median"));
       const double error = (t.total() * 1e3 - measured_ms) / measured_ms;
       errors.push_back(std::abs(error));

@@ -1,13 +1,16 @@
-// ted_train: trains the MoE GPT on the CPU backend, on one process (the reference) or on G MPI
-// ranks under a TED layout, configured by a YAML file with command-line overrides. Rank 0
-// prints one line per step and writes a CSV of the steps (atomically, at the end) with the
-// bytes each collective kind moved in each group (from the ledger), the git revision and the
-// command line; the run ends with the parameter fingerprint (sum of squares of all parameters
-// over the whole layout), which equals the single-process run's.
+// ted_train: trains the MoE GPT on one process (the reference) or on G MPI ranks under a TED
+// layout, on the CPU or a GPU (--backend), in fp32 or mixed precision (--dtype bf16|fp16), with
+// device buffers carried by MPI or NCCL (--comm), configured by a YAML file with command-line
+// overrides. Rank 0 prints one line per step and writes a CSV of the steps (atomically, at the
+// end) with the bytes each collective kind moved in each group (from the ledger), the backend,
+// communicator and device, the git revision and the command line; the run ends with the
+// parameter fingerprint (sum of squares of all parameters over the whole layout), which equals
+// the single-process run's.
 //
 //   build/apps/ted_train -c experiments/train/tiny-cpu.yaml
 //   mpirun -np 8 --oversubscribe build/apps/ted_train -c experiments/train/tiny-cpu.yaml \
 //       --tp 2 --ep 2 --dp 2 --dtd --checkpoint --cac
+//   build/apps/ted_train -c experiments/train/tiny-cpu.yaml --backend cuda --dtype bf16
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +20,7 @@
 #include "ted/app/app_main.hpp"
 #include "ted/backend/device.hpp"
 #include "ted/backend/memory.hpp"
+#include "ted/backend/registry.hpp"
 #include "ted/core/csv.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
@@ -45,8 +49,7 @@ std::string progress_bar(int done, int total, int width = 20) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"TED reference training (CPU, one process): MoE GPT from a YAML config",
-               "ted_train"};
+  CLI::App app{"TED training of the MoE GPT from a YAML config, on CPU or GPU ranks", "ted_train"};
   std::string config_path;
   std::vector<std::string> overrides;
   int steps = 0;
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
   bool checkpoint = false, dtd = false, cac = false, reduce_scatter = false, no_zero1 = false;
   bool whole_experts = false, cac_all_reduce = false;
   int tensor = 0, expert = 0, data = -1;
+  std::string backend, dtype, comm;
   std::int64_t tile = -1;
   app.add_option("-c,--config", config_path, "YAML config (see experiments/train/)")->required();
   app.add_option("--set", overrides, "override a key: section.key=value (repeatable)");
@@ -73,6 +77,9 @@ int main(int argc, char** argv) {
                "experts not tensor-parallel: each tensor rank takes 1/T of the tokens");
   app.add_flag("--no-zero1", no_zero1, "replicate the optimizer state (parallel.zero1=false)");
   app.add_option("--tile", tile, "tiled optimizer step: elements per tile (parallel.tile_elems)");
+  app.add_option("--backend", backend, "cpu or cuda (run.backend)");
+  app.add_option("--dtype", dtype, "fp32, bf16 or fp16 (run.dtype; 16-bit: fp32 masters)");
+  app.add_option("--comm", comm, "mpi or nccl: what carries device buffers (run.comm)");
 
   return ted::run_app(argc, argv, app, [&](ted::MpiSession& mpi) {
     ted::train::TrainConfig config;
@@ -93,6 +100,9 @@ int main(int argc, char** argv) {
     if (no_zero1) parallel.zero1 = false;
     if (whole_experts) parallel.split_experts = false;
     if (tile >= 0) parallel.tile_elems = tile;
+    if (!backend.empty()) config.run.backend = backend;
+    if (!dtype.empty()) config.run.dtype = dtype;
+    if (!comm.empty()) config.run.comm = comm;
     if (config.csv.empty())
       config.csv = "results/train/" + std::filesystem::path(config_path).stem().string() + ".csv";
 
@@ -106,13 +116,21 @@ int main(int argc, char** argv) {
         ted::resolve_layout(mpi.world_size(), parallel.tp, parallel.ep, parallel.dp);
     parallel.dp = layout.data;
     const bool rank0 = mpi.world_rank() == 0;
+    const auto device_kind = ted::parse_device_kind(config.run.backend);
+    const auto comm_kind = ted::parse_comm_backend(config.run.comm);
+    try {
+      ted::require_backend(device_kind, comm_kind, MPI_COMM_WORLD);
+    } catch (const ted::ConfigError& e) {
+      throw ted::ConfigError(config_path + ": " + e.what());
+    }
 
-    auto cpu = ted::make_cpu_device();
-    ted::TrackingDevice tracked(*cpu);  // peak bytes per category, for the CSV
+    auto base = ted::make_device(device_kind);
+    ted::TrackingDevice tracked(*base);  // peak bytes per category, for the CSV
     ted::Device* device = &tracked;
-    auto world = ted::MpiCommunicator::world(nullptr);
+    auto control = ted::MpiCommunicator::world(nullptr);
+    auto world = ted::make_device_communicator(comm_kind, tracked, MPI_COMM_WORLD, nullptr);
     ted::ProcessGrid grid(mpi.world_size(), layout);
-    ted::TedGroups groups(*world, grid);
+    ted::TedGroups groups(*control, *world, grid);
     ted::Ledger ledger;
     for (auto kind : kLedgerGroups) groups.group(kind).set_ledger(&ledger);
     // One process: the reference path, no communicators at all.
@@ -125,7 +143,7 @@ int main(int argc, char** argv) {
           "# model: vocab %d, seq %d, hidden %d, heads %d, layers %d, %d experts every %d "
           "blocks, top-%d, cf %.2f; %zu parameters\n",
           m.vocab, m.seq_len, m.hidden, m.heads, m.layers, m.gate.experts, m.expert_interval,
-          m.gate.top_k, m.gate.capacity_factor, trainer.model().params().total());
+          m.gate.top_k, m.gate.capacity_factor, trainer.params().total());
       std::printf("# data: %s; global batch %d x %d x %d sequences; checkpointing %s\n",
                   trainer.source().describe().c_str(), config.data.micro_batch,
                   config.data.micro_batches, layout.expert * layout.data,
@@ -136,6 +154,10 @@ int main(int argc, char** argv) {
           layout.to_string().c_str(), mpi.world_size(), on_off(parallel.dtd), on_off(parallel.cac),
           on_off(parallel.reduce_scatter), on_off(parallel.zero1),
           static_cast<long long>(parallel.tile_elems));
+      std::printf("# backend %s on %s, %s%s, device buffers over %s\n", config.run.backend.c_str(),
+                  base->name().c_str(), config.run.dtype.c_str(),
+                  config.run.dtype == "fp32" ? "" : " (fp32 masters, gradients and Adam state)",
+                  world->name().c_str());
     }
 
     std::vector<std::string> columns = {"step",
@@ -156,7 +178,13 @@ int main(int argc, char** argv) {
                                         "cac",
                                         "reduce_scatter",
                                         "zero1",
-                                        "tile_elems"};
+                                        "tile_elems",
+                                        "backend",
+                                        "dtype",
+                                        "comm",
+                                        "device",
+                                        "loss_scale",
+                                        "skipped"};
     for (auto op : kLedgerOps)
       for (auto kind : kLedgerGroups)
         columns.push_back(std::string(ted::to_string(op)) + "_" +
@@ -194,7 +222,13 @@ int main(int argc, char** argv) {
           .add(int(parallel.cac))
           .add(int(parallel.reduce_scatter))
           .add(int(parallel.zero1))
-          .add(static_cast<long long>(parallel.tile_elems));
+          .add(static_cast<long long>(parallel.tile_elems))
+          .add(config.run.backend)
+          .add(config.run.dtype)
+          .add(world->name())
+          .add(base->name())
+          .add(r.loss_scale)
+          .add(int(r.skipped));
       for (auto op : kLedgerOps)
         for (auto kind : kLedgerGroups)
           table.add(static_cast<unsigned long long>(ledger.total(op, kind).bytes_sent));
@@ -205,9 +239,10 @@ int main(int argc, char** argv) {
       if (rank0 && (step % config.log_every == 0 || step + 1 == config.steps)) {
         std::printf(
             "step %5d/%d %s loss %.4f lm %.4f aux %.4f lr %.2e |g| %.3f dropped %d "
-            "tok/s %.0f\n",
+            "tok/s %.0f%s\n",
             step + 1, config.steps, progress_bar(step + 1, config.steps).c_str(), r.loss, r.lm_loss,
-            r.aux_loss, r.lr, r.grad_norm, r.dropped, r.tokens_per_second);
+            r.aux_loss, r.lr, r.grad_norm, r.dropped, r.tokens_per_second,
+            r.skipped ? " (skipped: gradient overflow, loss scale halved)" : "");
         std::fflush(stdout);
       }
     }

@@ -2,7 +2,11 @@
 // Every rank runs the same test cases; rank 0 reports on stdout, the other ranks write to a
 // file that is printed only when that rank failed. The exit code is the same on every rank:
 // failed if any rank failed, 77 (CTest's skip code) when the backend cannot run here.
-//   mpirun -np 4 test_comm [--backend mpi|nccl] [catch2 options]
+//   mpirun -np 4 test_ted [--device cpu|cuda] [--backend mpi|nccl] [--staged]
+//                         [--dtype fp32|bf16|fp16] [catch2 options]
+// --device cuda puts the buffers on a GPU (ranks share GPUs round-robin); --backend nccl needs
+// one GPU per rank. --staged runs MPI through host staging buffers even on the CPU device, so
+// the staged communicator is tested where there is no GPU (on a GPU, mpi is always staged).
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -13,13 +17,20 @@
 #include "comm/test_env.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/comm/mpi_communicator.hpp"
+#include "ted/comm/staged_mpi_communicator.hpp"
+#include "ted/core/error.hpp"
 
 namespace ted::test {
 namespace {
 CommBackend g_backend = CommBackend::mpi;
 Device* g_device = nullptr;
 Communicator* g_world = nullptr;
+Communicator* g_control = nullptr;
+std::string g_dtype = "fp32";
 }  // namespace
+std::string dtype() {
+  return g_dtype;
+}
 CommBackend backend() {
   return g_backend;
 }
@@ -29,30 +40,32 @@ Device& device() {
 Communicator& world() {
   return *g_world;
 }
+Communicator& control() {
+  return *g_control;
+}
 }  // namespace ted::test
 
 int main(int argc, char** argv) {
   ted::MpiSession mpi(&argc, &argv);
   Catch::Session session;
-  std::string backend_name = "mpi";
+  std::string backend_name = "mpi", device_name = "cpu";
+  bool staged = false;
   using Catch::clara::Opt;
-  session.cli(session.cli() | Opt(backend_name, "mpi|nccl")["--backend"]("backend under test"));
+  session.cli(session.cli() |
+              Opt(backend_name, "mpi|nccl")["--backend"]("what carries device buffers") |
+              Opt(device_name, "cpu|cuda")["--device"]("where buffers live") |
+              Opt(staged)["--staged"]("MPI through host staging buffers, also on the CPU") |
+              Opt(ted::test::g_dtype, "fp32|bf16|fp16")["--dtype"]("the models' storage type"));
   if (int rc = session.applyCommandLine(argc, argv)) return rc;
 
   ted::test::g_backend = ted::parse_comm_backend(backend_name);
-  if (ted::test::g_backend == ted::CommBackend::nccl) {
-    // One GPU per rank: NCCL does not put two ranks of a communicator on one GPU. Every rank
-    // sees the same count, so every rank skips.
-    if (!ted::nccl_compiled() || ted::gpu_count() < mpi.world_size()) {
-      if (mpi.world_rank() == 0)
-        std::printf("SKIPPED: %s\n",
-                    ted::nccl_compiled()
-                        ? ("needs " + std::to_string(mpi.world_size()) + " GPUs, " +
-                           std::to_string(ted::gpu_count()) + " visible")
-                              .c_str()
-                        : "built without NCCL");
-      return 77;
-    }
+  const ted::DeviceKind kind = ted::parse_device_kind(device_name);
+  // Every rank sees the same machine, so every rank skips alike.
+  try {
+    ted::require_backend(kind, ted::test::g_backend, MPI_COMM_WORLD);
+  } catch (const ted::ConfigError& e) {
+    if (mpi.world_rank() == 0) std::printf("SKIPPED: %s\n", e.what());
+    return 77;
   }
 
   std::string log_path;
@@ -62,12 +75,26 @@ int main(int argc, char** argv) {
   }
   int failed = 0;
   {
-    auto device = ted::make_device(ted::test::g_backend);
-    auto world = ted::make_world_communicator(ted::test::g_backend, *device, nullptr);
+    auto device = ted::make_device(kind);
+    auto control = ted::MpiCommunicator::world(nullptr);
+    std::unique_ptr<ted::Communicator> world;
+    if (staged) {
+      MPI_Comm comm;
+      MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+      world = std::make_unique<ted::StagedMpiCommunicator>(comm, ted::GroupKind::world, nullptr,
+                                                           *device);
+    } else {
+      world = ted::make_device_communicator(ted::test::g_backend, *device, MPI_COMM_WORLD, nullptr);
+    }
+    if (mpi.world_rank() == 0)
+      std::printf("# %d ranks, device %s, device buffers over %s, models in %s\n", mpi.world_size(),
+                  device->name().c_str(), world->name().c_str(), ted::test::g_dtype.c_str());
     ted::test::g_device = device.get();
     ted::test::g_world = world.get();
+    ted::test::g_control = control.get();
     failed = session.run();
     ted::test::g_world = nullptr;
+    ted::test::g_control = nullptr;
   }
 
   // Print the other ranks' reports in rank order, only where they failed.

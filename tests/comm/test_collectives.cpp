@@ -202,7 +202,7 @@ TEST_CASE("every collective on every group kind of every layout, checked element
   auto& world = ted::test::world();
   for (const auto& layout : ted::all_layouts(world.size())) {
     ted::ProcessGrid grid(world.size(), layout);
-    ted::TedGroups groups(world, grid);
+    ted::TedGroups groups(ted::test::control(), world, grid);
     for (GroupKind kind : kGroups) {
       for (DataType dtype : kTypes) {
         for (std::size_t chunk : kChunks) {
@@ -241,7 +241,7 @@ TEST_CASE("max and min reductions") {
 
 TEST_CASE("typed spans pick the element type and check their lengths") {
   auto& world = ted::test::world();
-  if (ted::test::backend() != ted::CommBackend::mpi) return;  // spans here are host memory
+  if (ted::test::device().kind() != ted::DeviceKind::cpu) return;  // spans here are host memory
   const auto n = static_cast<std::size_t>(world.size());
   std::vector<double> mine(3, world.rank() + 1.0), all(3 * n);
   world.all_gather(std::span<const double>(mine), std::span<double>(all));

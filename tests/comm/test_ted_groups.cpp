@@ -1,4 +1,5 @@
-// The communicators of the TED grid hold exactly the ranks the grid says, in its order.
+// The communicators of the TED grid, device and control alike, hold exactly the ranks the grid
+// says, in its order.
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -11,7 +12,7 @@ TEST_CASE("TED group communicators match the process grid for every layout") {
   auto& device = ted::test::device();
   for (const auto& layout : ted::all_layouts(world.size())) {
     ted::ProcessGrid grid(world.size(), layout);
-    ted::TedGroups groups(world, grid);
+    ted::TedGroups groups(ted::test::control(), world, grid);
     for (auto kind : {ted::GroupKind::world, ted::GroupKind::tensor, ted::GroupKind::expert,
                       ted::GroupKind::expert_data, ted::GroupKind::nonexpert_data}) {
       INFO(layout.to_string() << ", " << ted::to_string(kind) << " group");
@@ -29,6 +30,12 @@ TEST_CASE("TED group communicators match the process grid for every layout") {
       device.copy_to_host(members.data(), recv.data(), 4 * n);
       auto expected = grid.group_members(world.rank(), kind);
       CHECK(std::vector<int>(members.begin(), members.end()) == expected);
+      // The control group of the same kind: host scalars, same members, no ledger.
+      auto& control = groups.control(kind);
+      CHECK(control.name() == "mpi");
+      std::vector<std::int32_t> control_members(n);
+      control.all_gather(&me, control_members.data(), 1, ted::DataType::i32);
+      CHECK(std::vector<int>(control_members.begin(), control_members.end()) == expected);
     }
   }
 }

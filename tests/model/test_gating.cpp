@@ -7,13 +7,39 @@
 #include <cmath>
 #include <vector>
 
+#include "ted/backend/registry.hpp"
 #include "ted/model/gating.hpp"
 #include "ted/model/random.hpp"
 
 using ted::model::GateConfig;
-using ted::model::route;
 
 namespace {
+// A routing computed by the CPU backend (fp64), read into host vectors for the checks.
+struct HostRouting {
+  int capacity = 0;
+  std::vector<int> expert, slot;
+  std::vector<double> gate_value, weight;
+  double aux = 0;
+  int dropped() const { return static_cast<int>(std::count(slot.begin(), slot.end(), -1)); }
+};
+
+HostRouting route(const double* logits, int tokens, const GateConfig& config,
+                  const ted::model::RoutingKey& key) {
+  auto device = ted::make_cpu_device();
+  auto ops = ted::make_ops<double>(*device);
+  ted::model::Routing<double> r;
+  ops->route(logits, tokens, config, key, r);
+  HostRouting host;
+  host.capacity = r.capacity;
+  host.expert.assign(r.expert.data(), r.expert.data() + r.expert.size());
+  host.slot.assign(r.slot.data(), r.slot.data() + r.slot.size());
+  host.gate_value.assign(r.gate_value.data(), r.gate_value.data() + r.gate_value.size());
+  host.weight.assign(r.weight.data(), r.weight.data() + r.weight.size());
+  host.aux = ops->routing_stats(r).aux;
+  CHECK(ops->routing_stats(r).dropped == host.dropped());
+  return host;
+}
+
 GateConfig gate(int experts, int top_k, double cf, int min_capacity) {
   GateConfig c;
   c.experts = experts;

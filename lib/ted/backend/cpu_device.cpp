@@ -50,6 +50,19 @@ class CpuDevice final : public Device {
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes && dst != src) std::memmove(dst, src, bytes);
+  }
+  void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t row_bytes, std::size_t rows) override {
+    if (!row_bytes) return;
+    auto* out = static_cast<char*>(dst);
+    const auto* in = static_cast<const char*>(src);
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memcpy(out + r * dst_pitch, in + r * src_pitch, row_bytes);
+  }
+  void* allocate_host(std::size_t bytes) override { return bytes ? std::malloc(bytes) : nullptr; }
+  void deallocate_host(void* pointer) override { std::free(pointer); }
   void fill(void* dst, std::size_t count, DataType dtype, double value) override {
     if (count == 0) return;
     if (value == 0.0) {  // +0 is all-zero bits in every type

@@ -21,12 +21,25 @@ class Device {
 
   virtual void* allocate(std::size_t bytes) = 0;  // nullptr for 0 bytes
   virtual void deallocate(void* pointer) = 0;
+  // Host <-> device copies return when the data has arrived (they wait for queued work).
   virtual void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
+  // Device -> device copies, queued in order with the device's other work. copy_2d moves `rows`
+  // rows of `row_bytes` bytes, row i from src + i * src_pitch to dst + i * dst_pitch (bytes):
+  // the capacity slices of DTD and the tensor-rank blocks of its gathers.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                       std::size_t row_bytes, std::size_t rows) = 0;
   // Sets `count` elements of `dtype` to `value` (rounded to the type).
   virtual void fill(void* device_dst, std::size_t count, DataType dtype, double value) = 0;
   // Waits until all work queued on this device has finished.
   virtual void synchronize() = 0;
+  // Host memory this device copies to and from fastest (pinned on a GPU): the staging buffers
+  // of a host-staged communicator.
+  virtual void* allocate_host(std::size_t bytes) = 0;
+  virtual void deallocate_host(void* pointer) = 0;
+  // The device under any wrapper (a TrackingDevice): what a backend asks for its stream.
+  virtual Device& base() { return *this; }
 };
 
 // Owns `bytes` bytes on a device; moves, never copies.

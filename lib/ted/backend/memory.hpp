@@ -1,5 +1,5 @@
-// Memory accounting: a device that wraps another and keeps current and peak bytes per
-// category. Code says what it is allocating with a MemoryScope (a no-op on an untracked
+// Memory accounting: a device that wraps another (the CPU or a GPU) and keeps current and peak
+// bytes per category. Code says what it is allocating with a MemoryScope (a no-op on an untracked
 // device), so the model and optimizer stay the same on every backend.
 #pragma once
 
@@ -44,10 +44,20 @@ class TrackingDevice final : public Device {
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
     inner_.copy_to_host(dst, src, bytes);
   }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    inner_.copy(dst, src, bytes);
+  }
+  void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t row_bytes, std::size_t rows) override {
+    inner_.copy_2d(dst, dst_pitch, src, src_pitch, row_bytes, rows);
+  }
   void fill(void* dst, std::size_t count, DataType dtype, double value) override {
     inner_.fill(dst, count, dtype, value);
   }
   void synchronize() override { inner_.synchronize(); }
+  void* allocate_host(std::size_t bytes) override { return inner_.allocate_host(bytes); }
+  void deallocate_host(void* pointer) override { inner_.deallocate_host(pointer); }
+  Device& base() override { return inner_.base(); }
 
   MemoryCategory category() const { return category_; }
   void set_category(MemoryCategory category) { category_ = category; }

@@ -1,11 +1,20 @@
-// The one place that knows which backends this build has. A backend is a device kind plus
-// the communication library that moves its memory: "mpi" = host memory + MPI (the default),
-// "nccl" = CUDA device memory + NCCL.
+// The one place that knows which backends this build has (STYLE.md point 2): the kernel table
+// of a device, this rank's device, and the communicators that carry a device's buffers.
+//   device cpu  + comm mpi   host memory over MPI (the default)
+//   device cuda + comm nccl  GPU memory over NCCL (clusters: one GPU per rank)
+//   device cuda + comm mpi   GPU memory staged through pinned host memory over MPI, so that
+//                            several ranks can share one GPU
+// Scalars that steer a run (losses, norms, flags, timings) never go through these: they travel
+// on host MPI communicators (grid/ted_groups.hpp, "control").
 #pragma once
 
+#include <mpi.h>
+
 #include <memory>
+#include <string_view>
 
 #include "ted/backend/device.hpp"
+#include "ted/backend/ops.hpp"
 #include "ted/comm/communicator.hpp"
 
 namespace ted {
@@ -14,20 +23,31 @@ bool cuda_compiled();  // the CUDA backend was built (nvcc found at configure ti
 bool nccl_compiled();  // the NCCL backend was built
 int gpu_count();       // GPUs visible to this process; 0 without CUDA, driver or GPU
 
+std::string_view to_string(DeviceKind kind);
+DeviceKind parse_device_kind(std::string_view name);  // "cpu" or "cuda"; ConfigError otherwise
+
+// The kernel table of `device`'s backend for storage type T (float, double, Half, BFloat16).
+// Throws ConfigError when that backend has no kernels for T (the CUDA backend has no fp64).
+template <typename T>
+std::unique_ptr<Ops<T>> make_ops(Device& device);
+
 // GPU `ordinal` as a device. Throws ConfigError when CUDA was not compiled or the GPU is not
 // visible.
 std::unique_ptr<Device> make_gpu_device(int ordinal = 0);
 
-// Throws ConfigError when the backend was not compiled, or needs a GPU and none is visible.
-void require_backend(CommBackend backend);
+// Throws ConfigError, one line naming the option, unless `device` with `comm` can run here:
+// cuda needs the CUDA backend compiled and a GPU visible; nccl needs NCCL, the cuda device and,
+// given the ranks that will use it, one GPU per rank of a node.
+void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks = MPI_COMM_NULL);
 
-// The device a backend's buffers live on. For nccl, GPU (local rank mod GPU count), where the
-// local rank is this rank's index among the ranks of its node.
-std::unique_ptr<Device> make_device(CommBackend backend);
+// This rank's device: the CPU, or GPU (local rank mod the visible GPUs), where the local rank
+// is this rank's index among the ranks of its node.
+std::unique_ptr<Device> make_device(DeviceKind kind);
 
-// The world communicator of a backend (collective over MPI_COMM_WORLD). For nccl, `device`
-// must be the device from make_device and outlive the communicator.
-std::unique_ptr<Communicator> make_world_communicator(CommBackend backend, Device& device,
-                                                      Ledger* ledger);
+// A communicator over the ranks of `ranks` (which it duplicates) carrying `device`'s buffers
+// with `comm` (the table above). NCCL needs one GPU per rank of a node: sharing is a
+// ConfigError that points to --comm mpi. `device` must outlive the communicator.
+std::unique_ptr<Communicator> make_device_communicator(CommBackend comm, Device& device,
+                                                       MPI_Comm ranks, Ledger* ledger);
 
 }  // namespace ted

@@ -1,11 +1,13 @@
-// A communicator for one group of ranks. Two backends implement it: MPI on host memory (the
-// default) and NCCL on device memory; callers see only this interface.
+// A communicator for one group of ranks. Three backends implement it: MPI on host memory (the
+// default), NCCL on GPU memory, and MPI on GPU memory staged through host buffers
+// (staged_mpi_communicator.hpp); callers see only this interface.
 //
 // The public calls are non-virtual: they check the arguments (the same way on every rank, so
 // a bad call throws everywhere before anything is sent), time the call and record it in the
 // ledger, and hand over to the backend's do_* functions.
 //
-// Buffers are in the backend's memory (host for MPI, the GPU for NCCL); counts are elements.
+// Buffers are in the backend's memory (host for MPI, the GPU for NCCL and staged MPI); counts
+// are elements.
 // all_reduce and broadcast may work in place (send == recv); the others need disjoint buffers.
 // all_to_all_v blocks are packed in rank order: block p starts at the sum of the counts before p.
 #pragma once
@@ -13,6 +15,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "ted/comm/ledger.hpp"
 #include "ted/core/dtype.hpp"
@@ -37,6 +40,9 @@ class Communicator {
   int size() const { return size_; }
   GroupKind group() const { return group_; }
   virtual CommBackend backend() const = 0;
+  // What carries the data, for CSV rows: "mpi", "mpi-staged" (GPU memory through host
+  // buffers) or "nccl".
+  virtual std::string name() const { return std::string(to_string(backend())); }
 
   Ledger* ledger() const { return ledger_; }
   void set_ledger(Ledger* ledger) { ledger_ = ledger; }

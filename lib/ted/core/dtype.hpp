@@ -118,6 +118,51 @@ TED_HOST_DEVICE inline float f16_bits_to_float(std::uint16_t bits) {
   return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
+// The master type of a storage type: what mixed precision keeps weights, gradients and Adam
+// state in, and what every kernel computes in. fp32 for fp32, bf16 and fp16; fp64 for fp64
+// (the gradient checks).
+template <typename T>
+struct master_of {
+  using type = float;
+};
+template <>
+struct master_of<double> {
+  using type = double;
+};
+template <typename T>
+using master_t = typename master_of<T>::type;
+
+// The master-type value of a stored element, and a master-type value rounded into storage
+// (round to nearest even): the one place both backends load and store 16-bit elements.
+TED_HOST_DEVICE inline float widen(float value) {
+  return value;
+}
+TED_HOST_DEVICE inline double widen(double value) {
+  return value;
+}
+TED_HOST_DEVICE inline float widen(Half value) {
+  return f16_bits_to_float(value.bits);
+}
+TED_HOST_DEVICE inline float widen(BFloat16 value) {
+  return bf16_bits_to_float(value.bits);
+}
+template <typename T>
+struct Narrow {
+  TED_HOST_DEVICE static T from(master_t<T> value) { return value; }  // float, double
+};
+template <>
+struct Narrow<Half> {
+  TED_HOST_DEVICE static Half from(float value) { return Half{float_to_f16_bits(value)}; }
+};
+template <>
+struct Narrow<BFloat16> {
+  TED_HOST_DEVICE static BFloat16 from(float value) { return BFloat16{float_to_bf16_bits(value)}; }
+};
+template <typename T>
+TED_HOST_DEVICE inline T narrow(master_t<T> value) {
+  return Narrow<T>::from(value);
+}
+
 // Value of element i of a buffer as a double, whatever its type (host memory).
 double load_as_double(const void* data, DataType dtype, std::size_t i);
 // Writes a double into element i, rounding to the type (host memory).

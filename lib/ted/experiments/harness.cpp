@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ted/app/app_main.hpp"
+#include "ted/backend/registry.hpp"
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
@@ -22,8 +23,6 @@ ConfigSchema ExperimentConfig::schema() {
   s.add("experiment", &experiment);
   s.add("run.warmup", &warmup);
   s.add("run.iters", &iters);
-  s.add("run.backend", &backend);
-  s.add("run.dtype", &dtype);
   s.add("run.csv", &csv);
   s.add("layout.tp", &tp);
   s.add("layout.ep", &ep);
@@ -78,7 +77,7 @@ System parse_system(const std::string& name, const std::string& where) {
 }
 
 ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
-                             const std::string& experiment, bool projecting) {
+                             const std::string& experiment) {
   ExperimentConfig c;
   ConfigSchema schema = c.schema();
   schema.load_yaml(path);
@@ -88,14 +87,7 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   if (!experiment.empty() && c.experiment != experiment)
     fail("key 'experiment' must be '" + experiment + "' for this program, got '" + c.experiment +
          "'");
-  if (!projecting && c.backend != "cpu")
-    fail("key 'run.backend' is '" + c.backend +
-         "', but the experiments run TED on the CPU backend only (the CUDA model runs on one GPU, "
-         "not yet split over NCCL groups); use cpu");
-  if (c.dtype != "fp32" && c.dtype != "fp16" && c.dtype != "bf16")
-    fail("key 'run.dtype' must be fp32, fp16 or bf16, got '" + c.dtype + "'");
-  if (!projecting && c.dtype != "fp32")
-    fail("key 'run.dtype' is '" + c.dtype + "', but the CPU backend trains in fp32");
+  c.backend = c.train.run.backend;
   if (c.warmup < 0) fail("key 'run.warmup' must not be negative");
   if (c.iters < 0) fail("key 'run.iters' must not be negative");
   if (c.systems.empty()) fail("key 'systems' must list at least one system");
@@ -150,10 +142,17 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
   auto ranks = world.split(active ? 0 : 1, world.rank(), GroupKind::custom);
   Result result;
   if (active) {
-    auto cpu = make_cpu_device();
-    TrackingDevice device(*cpu);
+    const auto& run = point.train.run;
+    auto base = make_device(parse_device_kind(run.backend));
+    TrackingDevice device(*base);
+    auto* host = dynamic_cast<MpiCommunicator*>(ranks.get());
+    TED_CHECK(host != nullptr, "the experiments' world must be MPI on host memory");
+    auto device_world = make_device_communicator(parse_comm_backend(run.comm), device,
+                                                 host->native_handle(), nullptr);
+    result.device = device.name();
+    result.comm = device_world->name();
     ProcessGrid grid(G, point.layout);
-    TedGroups groups(*ranks, grid);
+    TedGroups groups(*ranks, *device_world, grid);
     Ledger ledger;
     for (auto kind : kGroups) groups.group(kind).set_ledger(&ledger);
     train::Trainer trainer(point.train, device, G > 1 ? &groups : nullptr);
@@ -187,7 +186,7 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
     for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) result.peak[c] = peaks[c];
     result.peak_total = peaks[kMemoryCategoryCount];
     ranks->all_reduce(&flops, &flops, 1, DataType::f64);  // summed over ranks
-    for (const auto& spec : trainer.model().params().specs()) {
+    for (const auto& spec : trainer.params().specs()) {
       std::uint64_t n = 1;
       for (int d : spec.shape) n *= static_cast<std::uint64_t>(d);
       result.parameters += n;
@@ -226,6 +225,8 @@ CsvTable result_table() {
                                       "micro_batches",
                                       "backend",
                                       "dtype",
+                                      "comm",
+                                      "device",
                                       "checkpoint",
                                       "dtd",
                                       "cac",
@@ -275,7 +276,9 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
       .add(point.train.data.micro_batch)
       .add(point.train.data.micro_batches)
       .add(config.backend)
-      .add(config.dtype)
+      .add(point.train.run.dtype)
+      .add(r.comm)
+      .add(r.device)
       .add(int(m.checkpoint))
       .add(int(par.dtd))
       .add(int(par.cac))
@@ -460,6 +463,13 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
   app.add_option("--csv", csv, "CSV to append to (overrides run.csv)");
   return run_app(argc, argv, app, [&](MpiSession& mpi) {
     ExperimentConfig config = load_config(config_path, overrides, experiment);
+    // Before anything is measured, identically on every rank: can this machine run it?
+    const auto& run = config.train.run;
+    try {
+      require_backend(parse_device_kind(run.backend), parse_comm_backend(run.comm), MPI_COMM_WORLD);
+    } catch (const ConfigError& e) {
+      throw ConfigError(config_path + ": keys 'run.backend/comm': " + e.what());
+    }
     // Launched by scripts/emulated_cluster.sh: the rows record the emulated topology.
     if (const char* topology = std::getenv("TED_TOPOLOGY"))
       config.backend += std::string(" (") + topology + ")";

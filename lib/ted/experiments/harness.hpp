@@ -5,7 +5,8 @@
 // YAML (every section optional except what an experiment needs):
 //   experiment: ablation | weak_scaling | strong_scaling | memory   (must match the program)
 //   model, gating, optimizer, data: as the training driver (lib/ted/train/train_config.hpp)
-//   run:     warmup iters backend (cpu | cuda) dtype (fp32 | fp16 | bf16) csv
+//   run:     warmup iters csv, and as the training driver: backend (cpu | cuda),
+//            dtype (fp32 | bf16 | fp16), comm (mpi | nccl), loss_scale, loss_scale_window
 //   layout:  tp ep dp                    the layout of ablation and memory
 //   systems: [ted-baseline, ted+dtd, ...] (see parse_system)
 //   sweep:   ranks tp ep hidden heads layers   (lists, one entry per point)
@@ -29,11 +30,10 @@ namespace ted::experiments {
 
 struct ExperimentConfig {
   std::string experiment;
-  train::TrainConfig train;  // model, gating, optimizer, data (train.steps is unused)
+  train::TrainConfig train;  // model, gating, optimizer, data, run (train.steps is unused)
   int warmup = 1;
   int iters = 5;
-  std::string backend = "cpu";
-  std::string dtype = "fp32";
+  std::string backend;  // the rows' backend column: run.backend, plus what runs it (emulated)
   std::string csv;
   int tp = 1, ep = 1, dp = 0;
   std::vector<std::string> systems;
@@ -45,12 +45,12 @@ struct ExperimentConfig {
 };
 
 // Loads the YAML and the --set overrides, and checks everything every experiment needs: the
-// experiment name, the backend and dtype this build can run, the systems' names, and that the
-// sweep lists have one entry per point. Errors name the file and the key (ConfigError).
-// `experiment` empty: any; `projecting`: the GPU backends and 16-bit dtypes are accepted (the
-// projection runs nothing).
+// experiment name, run.backend/dtype/comm, the systems' names, and that the sweep lists have
+// one entry per point. Errors name the file and the key (ConfigError). Whether this machine can
+// run the backend is checked by the program (backend/registry.hpp), not here, so a CUDA
+// config loads anywhere (the projection runs nothing). `experiment` empty: any.
 ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
-                             const std::string& experiment, bool projecting = false);
+                             const std::string& experiment);
 
 // A system of the paper (TED.md section 3): which layout family and which switches.
 //   deepspeed-moe   T = 1 (expert + data parallelism only)
@@ -88,10 +88,13 @@ struct Result {
   std::uint64_t all_to_all_calls = 0;
   std::size_t peak[kMemoryCategoryCount] = {};  // max over ranks
   std::size_t peak_total = 0;
+  std::string device;  // what ran it: "cpu", "cuda:0 NVIDIA H100 ..." (rank 0's)
+  std::string comm;    // what carried the device buffers: mpi, mpi-staged, nccl
 };
 
-// Runs `point` on world ranks 0 .. G-1 (the others wait) for warmup + iters steps; iters = 0
-// is the correctness-only mode: one untimed step. Collective over `world`.
+// Runs `point` on world ranks 0 .. G-1 (the others wait) for warmup + iters steps, on the
+// backend, dtype and communicator of point.train.run; iters = 0 is the correctness-only mode:
+// one untimed step. Collective over `world`, a host MPI communicator.
 Result measure(const Point& point, Communicator& world, int warmup, int iters);
 
 // The CSV of every experiment, and one row of it.

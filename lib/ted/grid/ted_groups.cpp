@@ -4,22 +4,40 @@
 
 namespace ted {
 
-TedGroups::TedGroups(Communicator& world, const ProcessGrid& grid) : world_(world), grid_(grid) {
-  TED_CHECK(world.size() == grid.world_size(), "grid of " + std::to_string(grid.world_size()) +
-                                                   " ranks on a world of " +
-                                                   std::to_string(world.size()));
-  int rank = world.rank();
+TedGroups::TedGroups(Communicator& control_world, Communicator& device_world,
+                     const ProcessGrid& grid)
+    : control_world_(control_world), device_world_(device_world), grid_(grid) {
+  for (Communicator* world : {&control_world, &device_world})
+    TED_CHECK(world->size() == grid.world_size(), "grid of " + std::to_string(grid.world_size()) +
+                                                      " ranks on a world of " +
+                                                      std::to_string(world->size()));
+  TED_CHECK(control_world.backend() == CommBackend::mpi && control_world.name() == "mpi",
+            "the control communicator must be MPI on host memory, got " + control_world.name());
+  TED_CHECK(control_world.rank() == device_world.rank(),
+            "control and device worlds order their ranks differently");
+  int rank = device_world.rank();
   for (GroupKind kind :
        {GroupKind::tensor, GroupKind::expert, GroupKind::expert_data, GroupKind::nonexpert_data}) {
     // Key = world rank: members are ordered by world rank, which is the grid's group index.
-    groups_[static_cast<std::size_t>(kind)] = world.split(grid.group_color(rank, kind), rank, kind);
+    const int color = grid.group_color(rank, kind);
+    groups_[static_cast<std::size_t>(kind)] = device_world.split(color, rank, kind);
+    control_[static_cast<std::size_t>(kind)] = control_world.split(color, rank, kind);
+    control_[static_cast<std::size_t>(kind)]->set_ledger(nullptr);
   }
 }
 
 Communicator& TedGroups::group(GroupKind kind) {
-  if (kind == GroupKind::world) return world_;
+  if (kind == GroupKind::world) return device_world_;
   auto& communicator = groups_[static_cast<std::size_t>(kind)];
   TED_CHECK(communicator != nullptr, "no TED group of kind " + std::string(to_string(kind)));
+  return *communicator;
+}
+
+Communicator& TedGroups::control(GroupKind kind) {
+  if (kind == GroupKind::world) return control_world_;
+  auto& communicator = control_[static_cast<std::size_t>(kind)];
+  TED_CHECK(communicator != nullptr,
+            "no TED control group of kind " + std::string(to_string(kind)));
   return *communicator;
 }
 

@@ -1,5 +1,11 @@
-// A rank's communicators for the TED grid: world plus its tensor, expert, expert-data and
-// non-expert-data groups, all sharing one ledger so every collective of a schedule is counted.
+// A rank's communicators for the TED grid: its tensor, expert, expert-data and non-expert-data
+// groups twice over, split once from each of two worlds.
+//   group(kind):   device communicators, which carry device buffers (activations, gradients,
+//                  parameters); they share one ledger, so every collective of a schedule is
+//                  counted;
+//   control(kind): host MPI communicators for the scalars that steer a run (loss sums, norms,
+//                  overflow flags, timings), never recorded in the ledger.
+// On the CPU both worlds are MPI over host memory (distinct communicators all the same).
 #pragma once
 
 #include <array>
@@ -12,21 +18,26 @@ namespace ted {
 
 class TedGroups {
  public:
-  // Collective over `world`: splits it once per group kind. `world` must outlive this object.
-  TedGroups(Communicator& world, const ProcessGrid& grid);
+  // Collective over both worlds (the same ranks in the same order). Both must outlive this
+  // object; `control_world` must carry host memory (MPI).
+  TedGroups(Communicator& control_world, Communicator& device_world, const ProcessGrid& grid);
+  // One world that carries host memory serves as both (the CPU backend).
+  TedGroups(Communicator& world, const ProcessGrid& grid) : TedGroups(world, world, grid) {}
 
   const ProcessGrid& grid() const { return grid_; }
-  Communicator& world() { return world_; }
+  Communicator& world() { return device_world_; }
   Communicator& tensor() { return group(GroupKind::tensor); }
   Communicator& expert() { return group(GroupKind::expert); }
   Communicator& expert_data() { return group(GroupKind::expert_data); }
   Communicator& nonexpert_data() { return group(GroupKind::nonexpert_data); }
   Communicator& group(GroupKind kind);
+  Communicator& control(GroupKind kind = GroupKind::world);
 
  private:
-  Communicator& world_;
+  Communicator& control_world_;
+  Communicator& device_world_;
   ProcessGrid grid_;
-  std::array<std::unique_ptr<Communicator>, kGroupKindCount> groups_;
+  std::array<std::unique_ptr<Communicator>, kGroupKindCount> groups_, control_;
 };
 
 }  // namespace ted

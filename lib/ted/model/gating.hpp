@@ -8,11 +8,14 @@
 //   top-1 weight = prob (not renormalised); top-2 weights = g_i k_i / (g_1 k_1 + g_2 k_2) with
 //   k_i = 1 if choice i was kept (a token keeping one choice gets weight 1 there).
 //   aux = E * sum_e mean_s(prob[s,e]) * mean_s(first choice of s is e), before drops.
-// Random draws are keyed by (seed, step, layer, global token index).
+// Random draws are keyed by (seed, step, layer, global token index). The algorithm runs in a
+// backend (Ops::route): kernels/cpu/gating.cpp is the reference, the CUDA backend makes the
+// same choices.
 #pragma once
 
 #include <cstdint>
-#include <vector>
+
+#include "ted/backend/tensor.hpp"
 
 namespace ted::model {
 
@@ -37,28 +40,28 @@ struct RoutingKey {
   std::int64_t first_token = 0;  // global index of the group's first token
 };
 
-template <typename T>
+// One gating group's routing, in the buffers of the backend that computed it (Ops::route): the
+// same struct on every backend. M is the master type (fp32, or fp64 in the gradient checks).
+template <typename M>
 struct Routing {
   int tokens = 0;
   int experts = 0;
   int top_k = 1;
-  int capacity = 0;
-  std::vector<T> probs;          // [tokens, experts]
-  std::vector<int> expert;       // [tokens, top_k] chosen expert of each choice
-  std::vector<int> slot;         // [tokens, top_k] slot in that expert's buffer; -1 = dropped
-  std::vector<T> gate_value;     // [tokens, top_k] prob of the chosen expert
-  std::vector<T> weight;         // [tokens, top_k] combine weight (0 when dropped)
-  std::vector<int> first_count;  // [experts] tokens whose first choice is e, before drops
-  T aux = 0;
-  int dropped() const;  // choices dropped
+  int capacity = 0;                  // host value: it sizes the exchange buffers
+  Tensor<M> probs;                   // [tokens, experts]
+  Tensor<std::int32_t> expert;       // [tokens, top_k] chosen expert of each choice
+  Tensor<std::int32_t> slot;         // [tokens, top_k] slot in that expert's buffer; -1 = dropped
+  Tensor<M> gate_value;              // [tokens, top_k] prob of the chosen expert
+  Tensor<M> weight;                  // [tokens, top_k] combine weight (0 when dropped)
+  Tensor<std::int32_t> first_count;  // [experts] tokens whose first choice is e, before drops
+  Tensor<M> aux;                     // [1] the group's aux loss
+  DeviceBuffer workspace;            // the backend's scratch (priority keys, sort temporaries)
 };
 
-template <typename T>
-Routing<T> route(const T* logits, int tokens, const GateConfig& config, const RoutingKey& key);
-
-// Gradient of the logits [tokens, experts] (overwritten) from the gradient of the combine
-// weights d_weight [tokens, top_k] plus aux_scale * d aux / d logits.
-template <typename T>
-void route_backward(const Routing<T>& routing, const T* d_weight, T aux_scale, T* d_logits);
+// What the trainer reads back of a routing: its aux loss and the choices it dropped.
+struct RoutingStats {
+  double aux = 0;
+  int dropped = 0;
+};
 
 }  // namespace ted::model

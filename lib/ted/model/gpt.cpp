@@ -4,12 +4,10 @@
 #include <string>
 
 #include "ted/backend/memory.hpp"
+#include "ted/backend/registry.hpp"
 #include "ted/core/error.hpp"
-#include "ted/kernels/cpu/layers.hpp"
 
 namespace ted::model {
-
-namespace cpu = ted::kernels::cpu;
 
 void check_token_ids(const std::int32_t* tokens, const std::int32_t* targets, int count,
                      int vocab) {
@@ -20,7 +18,7 @@ void check_token_ids(const std::int32_t* tokens, const std::int32_t* targets, in
 
 template <typename T>
 GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelParallel& parallel)
-    : config_(config), device_(device), parallel_(parallel) {
+    : config_(config), device_(device), ops_(make_ops<T>(device)), parallel_(parallel) {
   config_.validate();
   if (parallel_.tensor) T_ = parallel_.tensor->size(), t_ = parallel_.tensor->rank();
   if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
@@ -96,7 +94,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   lnf_g_ = add("lnf.g", {h}, ParamInit::ones, false);
   lnf_b_ = add("lnf.b", {h}, ParamInit::zeros, false);
   lm_head_ = add("lm_head.w", {h, config_.vocab}, ParamInit::normal, true);
-  params_.allocate(device_, config_.seed, config_.init_std, parallel_.dense_pad,
+  params_.allocate(*ops_, config_.seed, config_.init_std, parallel_.dense_pad,
                    parallel_.expert_pad);
 }
 
@@ -132,7 +130,7 @@ void GptModel<T>::reduced_output(T* out, std::size_t count, Tensor<T>& stash, bo
   const bool stashing = parallel_.cac_all_reduce && T_ > 1;
   if (stashing && recompute) {
     TED_CHECK(stash.size() == count, "CAC recompute without the all-reduce stash");
-    std::copy(stash.data(), stash.data() + count, out);
+    device_.copy(out, stash.data(), count * sizeof(T));
     return;
   }
   partial(out);
@@ -140,19 +138,9 @@ void GptModel<T>::reduced_output(T* out, std::size_t count, Tensor<T>& stash, bo
   if (stashing) {
     MemoryScope scope(device_, MemoryCategory::cac_stash);
     stash = Tensor<T>(device_, count);
-    std::copy(out, out + count, stash.data());
+    device_.copy(stash.data(), out, count * sizeof(T));
   }
 }
-
-namespace {
-template <typename T>
-void add_bias_rows(T* y, const T* bias, int rows, int width) {
-  for (int i = 0; i < rows; ++i) {
-    T* row = y + static_cast<std::size_t>(i) * width;
-    for (int j = 0; j < width; ++j) row[j] += bias[j];
-  }
-}
-}  // namespace
 
 // Megatron tensor parallelism: qkv and fc1 column-parallel (this rank's heads, its f/T), proj
 // and fc2 row-parallel; their partial outputs are all-reduced in the tensor group before the
@@ -164,28 +152,29 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   const int hl = h / T_, Hl = config_.heads / T_, fl = config_.ffn() / T_;
   const std::size_t Nh = static_cast<std::size_t>(N) * h;
   auto& P = params_;
+  Ops<T>& ops = *ops_;
   a.ln1 = Tensor<T>(device_, Nh);
-  a.ln1_mean = Tensor<T>(device_, N);
-  a.ln1_rstd = Tensor<T>(device_, N);
-  cpu::layernorm_forward<T>(x, P.value(ids.ln1_g), P.value(ids.ln1_b), a.ln1.data(),
-                            a.ln1_mean.data(), a.ln1_rstd.data(), N, h);
+  a.ln1_mean = Tensor<M>(device_, N);
+  a.ln1_rstd = Tensor<M>(device_, N);
+  ops.layernorm_forward(x, P.value(ids.ln1_g), P.value(ids.ln1_b), a.ln1.data(), a.ln1_mean.data(),
+                        a.ln1_rstd.data(), N, h);
   a.qkv = Tensor<T>(device_, static_cast<std::size_t>(N) * 3 * hl);
-  cpu::linear_forward<T>(a.ln1.data(), P.value(ids.qkv_w), P.value(ids.qkv_b), a.qkv.data(), N, h,
-                         3 * hl);
+  ops.linear_forward(a.ln1.data(), P.value(ids.qkv_w), P.value(ids.qkv_b), a.qkv.data(), N, h,
+                     3 * hl);
   a.probs = Tensor<T>(device_, static_cast<std::size_t>(B) * Hl * S * S);
   a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
-  cpu::attention_forward<T>(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl);
+  ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl);
   a.mid = Tensor<T>(device_, Nh);
   reduced_output(a.mid.data(), Nh, a.proj_stash, recompute, [&](T* partial) {
-    cpu::linear_forward<T>(a.att.data(), P.value(ids.proj_w), nullptr, partial, N, hl, h);
+    ops.linear_forward(a.att.data(), P.value(ids.proj_w), nullptr, partial, N, hl, h);
   });
-  add_bias_rows(a.mid.data(), P.value(ids.proj_b), N, h);
-  for (std::size_t i = 0; i < Nh; ++i) a.mid[i] += x[i];  // residual
+  ops.add_bias(a.mid.data(), P.value(ids.proj_b), N, h, N, 1);
+  ops.add(x, a.mid.data(), Nh);  // residual
   a.ln2 = Tensor<T>(device_, Nh);
-  a.ln2_mean = Tensor<T>(device_, N);
-  a.ln2_rstd = Tensor<T>(device_, N);
-  cpu::layernorm_forward<T>(a.mid.data(), P.value(ids.ln2_g), P.value(ids.ln2_b), a.ln2.data(),
-                            a.ln2_mean.data(), a.ln2_rstd.data(), N, h);
+  a.ln2_mean = Tensor<M>(device_, N);
+  a.ln2_rstd = Tensor<M>(device_, N);
+  ops.layernorm_forward(a.mid.data(), P.value(ids.ln2_g), P.value(ids.ln2_b), a.ln2.data(),
+                        a.ln2_mean.data(), a.ln2_rstd.data(), N, h);
   double flops = 2.0 * N * h * 3 * hl + 2.0 * N * hl * h + 4.0 * B * Hl * S * S * (hl / Hl);
   if (ids.moe) {
     const int groups = B / group_sequences_, group_tokens = group_sequences_ * S;
@@ -194,12 +183,16 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
     const MoeExchange exchange = moe_exchange(recompute);
     a.moe.resize(groups);
     a.aux = 0;
+    a.dropped = 0;
     for (int g = 0; g < groups; ++g) {
       RoutingKey key{config_.seed, batch_.step, layer,
                      (batch_.first_sample + static_cast<std::int64_t>(g) * group_sequences_) * S};
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
-      a.aux += moe_forward<T>(device_, a.ln2.data() + offset, out + offset, shape, config_.gate,
-                              key, moe_params(ids), exchange, a.moe[g]);
+      const RoutingStats stats =
+          moe_forward<T>(ops, a.ln2.data() + offset, out + offset, shape, config_.gate, key,
+                         moe_params(ids), exchange, a.moe[g]);
+      a.aux += static_cast<M>(stats.aux);
+      a.dropped += stats.dropped;
       // Unsplit experts compute on their tensor rank's capacity slice only.
       const int rows = parallel_.split_experts || T_ == 1 ? a.moe[g].padded_capacity
                                                           : a.moe[g].padded_capacity / T_;
@@ -209,16 +202,16 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   } else {
     a.fc1 = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
     a.act = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
-    cpu::linear_forward<T>(a.ln2.data(), P.value(ids.fc1_w), P.value(ids.fc1_b), a.fc1.data(), N, h,
-                           fl);
-    cpu::gelu_forward<T>(a.fc1.data(), a.act.data(), static_cast<std::int64_t>(N) * fl);
+    ops.linear_forward(a.ln2.data(), P.value(ids.fc1_w), P.value(ids.fc1_b), a.fc1.data(), N, h,
+                       fl);
+    ops.gelu_forward(a.fc1.data(), a.act.data(), static_cast<std::size_t>(N) * fl);
     reduced_output(out, Nh, a.ffn_stash, recompute, [&](T* partial) {
-      cpu::linear_forward<T>(a.act.data(), P.value(ids.fc2_w), nullptr, partial, N, fl, h);
+      ops.linear_forward(a.act.data(), P.value(ids.fc2_w), nullptr, partial, N, fl, h);
     });
-    add_bias_rows(out, P.value(ids.fc2_b), N, h);
+    ops.add_bias(out, P.value(ids.fc2_b), N, h, N, 1);
     flops += 4.0 * N * h * fl;
   }
-  for (std::size_t i = 0; i < Nh; ++i) out[i] += a.mid[i];  // residual
+  ops.add(a.mid.data(), out, Nh);  // residual
   last_forward_flops_ += flops;
 }
 
@@ -229,6 +222,7 @@ void GptModel<T>::release_internals(BlockActs& a) {
   BlockActs kept;
   kept.input = std::move(a.input);
   kept.aux = a.aux;
+  kept.dropped = a.dropped;
   if (parallel_.cac) {
     kept.moe.resize(a.moe.size());
     for (std::size_t g = 0; g < a.moe.size(); ++g) {
@@ -249,6 +243,7 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   const int hl = h / T_, Hl = config_.heads / T_, fl = config_.ffn() / T_;
   const std::size_t Nh = static_cast<std::size_t>(N) * h;
   auto& P = params_;
+  Ops<T>& ops = *ops_;
   const T* x = a.input.data();
 
   Tensor<T> d_ln2 = zeros<T>(device_, Nh);
@@ -256,46 +251,43 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
     const int groups = static_cast<int>(a.moe.size()), group_tokens = group_sequences_ * S;
     const MoeShape shape{group_tokens, h, parallel_.split_experts ? fl : config_.ffn(),
                          config_.gate.experts};
-    MoeGrads<T> grads{P.grad(ids.gate_w), P.grad(ids.e_w1), P.grad(ids.e_b1), P.grad(ids.e_w2),
+    MoeGrads<M> grads{P.grad(ids.gate_w), P.grad(ids.e_w1), P.grad(ids.e_b1), P.grad(ids.e_w2),
                       P.grad(ids.e_b2)};
-    T aux_scale = loss_scale_ * T(config_.gate.aux_coeff) / T(groups);
+    M aux_scale = loss_scale_ * M(config_.gate.aux_coeff) / M(groups);
     for (int g = 0; g < groups; ++g) {
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
-      moe_backward<T>(device_, a.ln2.data() + offset, d_out + offset, d_ln2.data() + offset, shape,
+      moe_backward<T>(ops, a.ln2.data() + offset, d_out + offset, d_ln2.data() + offset, shape,
                       moe_params(ids), moe_exchange(false), a.moe[g], aux_scale, grads);
     }
   } else {
     Tensor<T> d_act = zeros<T>(device_, static_cast<std::size_t>(N) * fl);
-    cpu::linear_backward<T>(a.act.data(), P.value(ids.fc2_w), d_out, d_act.data(),
-                            P.grad(ids.fc2_w), P.grad(ids.fc2_b), N, fl, h);
-    cpu::gelu_backward<T>(a.fc1.data(), d_act.data(), d_act.data(),
-                          static_cast<std::int64_t>(N) * fl);
-    cpu::linear_backward<T>(a.ln2.data(), P.value(ids.fc1_w), d_act.data(), d_ln2.data(),
-                            P.grad(ids.fc1_w), P.grad(ids.fc1_b), N, h, fl);
+    ops.linear_backward(a.act.data(), P.value(ids.fc2_w), d_out, d_act.data(), P.grad(ids.fc2_w),
+                        P.grad(ids.fc2_b), N, fl, h);
+    ops.gelu_backward(a.fc1.data(), d_act.data(), d_act.data(), static_cast<std::size_t>(N) * fl);
+    ops.linear_backward(a.ln2.data(), P.value(ids.fc1_w), d_act.data(), d_ln2.data(),
+                        P.grad(ids.fc1_w), P.grad(ids.fc1_b), N, h, fl);
     tensor_all_reduce(d_ln2.data(), Nh);  // column-parallel input gradient
   }
   Tensor<T> d_mid(device_, Nh);
-  std::copy(d_out, d_out + Nh, d_mid.data());  // residual
-  cpu::layernorm_backward<T>(a.mid.data(), P.value(ids.ln2_g), a.ln2_mean.data(), a.ln2_rstd.data(),
-                             d_ln2.data(), d_mid.data(), P.grad(ids.ln2_g), P.grad(ids.ln2_b), N,
-                             h);
+  device_.copy(d_mid.data(), d_out, Nh * sizeof(T));  // residual
+  ops.layernorm_backward(a.mid.data(), P.value(ids.ln2_g), a.ln2_mean.data(), a.ln2_rstd.data(),
+                         d_ln2.data(), d_mid.data(), P.grad(ids.ln2_g), P.grad(ids.ln2_b), N, h);
   Tensor<T> d_att = zeros<T>(device_, static_cast<std::size_t>(N) * hl);
-  cpu::linear_backward<T>(a.att.data(), P.value(ids.proj_w), d_mid.data(), d_att.data(),
-                          P.grad(ids.proj_w), P.grad(ids.proj_b), N, hl, h);
+  ops.linear_backward(a.att.data(), P.value(ids.proj_w), d_mid.data(), d_att.data(),
+                      P.grad(ids.proj_w), P.grad(ids.proj_b), N, hl, h);
   Tensor<T> d_qkv(device_, static_cast<std::size_t>(N) * 3 * hl);
-  cpu::attention_backward<T>(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, Hl,
-                             hl);
+  ops.attention_backward(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, Hl, hl);
   Tensor<T> d_ln1 = zeros<T>(device_, Nh);
-  cpu::linear_backward<T>(a.ln1.data(), P.value(ids.qkv_w), d_qkv.data(), d_ln1.data(),
-                          P.grad(ids.qkv_w), P.grad(ids.qkv_b), N, h, 3 * hl);
+  ops.linear_backward(a.ln1.data(), P.value(ids.qkv_w), d_qkv.data(), d_ln1.data(),
+                      P.grad(ids.qkv_w), P.grad(ids.qkv_b), N, h, 3 * hl);
   tensor_all_reduce(d_ln1.data(), Nh);               // column-parallel input gradient
-  std::copy(d_mid.data(), d_mid.data() + Nh, d_in);  // residual
-  cpu::layernorm_backward<T>(x, P.value(ids.ln1_g), a.ln1_mean.data(), a.ln1_rstd.data(),
-                             d_ln1.data(), d_in, P.grad(ids.ln1_g), P.grad(ids.ln1_b), N, h);
+  device_.copy(d_in, d_mid.data(), Nh * sizeof(T));  // residual
+  ops.layernorm_backward(x, P.value(ids.ln1_g), a.ln1_mean.data(), a.ln1_rstd.data(), d_ln1.data(),
+                         d_in, P.grad(ids.ln1_g), P.grad(ids.ln1_b), N, h);
 }
 
 template <typename T>
-Losses<T> GptModel<T>::forward(const Batch& batch) {
+Losses GptModel<T>::forward(const Batch& batch) {
   const int S = config_.seq_len, h = config_.hidden, V = config_.vocab;
   batch_ = batch;
   tokens_ = batch.sequences * S;
@@ -307,52 +299,59 @@ Losses<T> GptModel<T>::forward(const Batch& batch) {
   check_token_ids(batch.tokens, batch.targets, tokens_, V);
   last_forward_flops_ = 0;
   const std::size_t Nh = static_cast<std::size_t>(tokens_) * h;
+  Ops<T>& ops = *ops_;
 
+  token_ids_ = Tensor<std::int32_t>(device_, tokens_);
+  target_ids_ = Tensor<std::int32_t>(device_, tokens_);
+  device_.copy_from_host(token_ids_.data(), batch.tokens, tokens_ * sizeof(std::int32_t));
+  device_.copy_from_host(target_ids_.data(), batch.targets, tokens_ * sizeof(std::int32_t));
   acts_.clear();
   acts_.resize(static_cast<std::size_t>(config_.layers));
   acts_[0].input = Tensor<T>(device_, Nh);
-  cpu::embedding_forward<T>(batch.tokens, params_.value(tok_emb_), params_.value(pos_emb_),
-                            acts_[0].input.data(), tokens_, S, h);
-  Losses<T> losses;
+  ops.embedding_forward(token_ids_.data(), params_.value(tok_emb_), params_.value(pos_emb_),
+                        acts_[0].input.data(), tokens_, S, h);
+  Losses losses;
+  M aux = 0;
   for (int l = 0; l < config_.layers; ++l) {
     Tensor<T>& next = l + 1 < config_.layers ? acts_[l + 1].input : final_input_;
     next = Tensor<T>(device_, Nh);
     block_forward(l, acts_[l].input.data(), next.data(), acts_[l], false);
     if (blocks_[l].moe) {
-      losses.aux += acts_[l].aux;
-      for (const auto& group : acts_[l].moe) losses.dropped += group.routing.dropped();
+      aux += acts_[l].aux;
+      losses.dropped += acts_[l].dropped;
     }
     if (config_.checkpoint) release_internals(acts_[l]);
   }
+  losses.aux = static_cast<double>(aux);
   lnf_ = Tensor<T>(device_, Nh);
-  lnf_mean_ = Tensor<T>(device_, tokens_);
-  lnf_rstd_ = Tensor<T>(device_, tokens_);
-  cpu::layernorm_forward<T>(final_input_.data(), params_.value(lnf_g_), params_.value(lnf_b_),
-                            lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), tokens_, h);
-  Tensor<T> logits(device_, static_cast<std::size_t>(tokens_) * V);
-  cpu::linear_forward<T>(lnf_.data(), params_.value(lm_head_), nullptr, logits.data(), tokens_, h,
-                         V);
+  lnf_mean_ = Tensor<M>(device_, tokens_);
+  lnf_rstd_ = Tensor<M>(device_, tokens_);
+  ops.layernorm_forward(final_input_.data(), params_.value(lnf_g_), params_.value(lnf_b_),
+                        lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), tokens_, h);
+  logits_ = Tensor<T>(device_, static_cast<std::size_t>(tokens_) * V);
+  ops.linear_forward(lnf_.data(), params_.value(lm_head_), nullptr, logits_.data(), tokens_, h, V);
   last_forward_flops_ += 2.0 * tokens_ * h * V;
-  d_logits_ = Tensor<T>(device_, logits.size());
-  losses.lm = cpu::cross_entropy_forward_backward<T>(logits.data(), batch.targets, d_logits_.data(),
-                                                     tokens_, V, T(1));
+  losses.lm = ops.cross_entropy_loss(logits_.data(), target_ids_.data(), tokens_, V);
   return losses;
 }
 
 template <typename T>
-void GptModel<T>::backward(T loss_scale) {
+void GptModel<T>::backward(M loss_scale) {
   TED_CHECK(!acts_.empty(), "backward without forward");
   loss_scale_ = loss_scale;
   const int S = config_.seq_len, h = config_.hidden, V = config_.vocab;
   const std::size_t Nh = static_cast<std::size_t>(tokens_) * h;
-  for (std::size_t i = 0; i < d_logits_.size(); ++i) d_logits_[i] *= loss_scale;
+  Ops<T>& ops = *ops_;
+  // The logits' gradient replaces them, with the loss scale inside (fp16 holds it scaled).
+  T* d_logits = logits_.data();
+  ops.cross_entropy_backward(logits_.data(), target_ids_.data(), d_logits, tokens_, V, loss_scale);
   Tensor<T> d_lnf = zeros<T>(device_, Nh);
-  cpu::linear_backward<T>(lnf_.data(), params_.value(lm_head_), d_logits_.data(), d_lnf.data(),
-                          params_.grad(lm_head_), nullptr, tokens_, h, V);
+  ops.linear_backward(lnf_.data(), params_.value(lm_head_), d_logits, d_lnf.data(),
+                      params_.grad(lm_head_), nullptr, tokens_, h, V);
   Tensor<T> d_x = zeros<T>(device_, Nh), d_prev(device_, Nh);
-  cpu::layernorm_backward<T>(final_input_.data(), params_.value(lnf_g_), lnf_mean_.data(),
-                             lnf_rstd_.data(), d_lnf.data(), d_x.data(), params_.grad(lnf_g_),
-                             params_.grad(lnf_b_), tokens_, h);
+  ops.layernorm_backward(final_input_.data(), params_.value(lnf_g_), lnf_mean_.data(),
+                         lnf_rstd_.data(), d_lnf.data(), d_x.data(), params_.grad(lnf_g_),
+                         params_.grad(lnf_b_), tokens_, h);
   for (int l = config_.layers - 1; l >= 0; --l) {
     if (config_.checkpoint) {  // recompute the block's internals from its input
       Tensor<T> scratch(device_, Nh);
@@ -364,12 +363,17 @@ void GptModel<T>::backward(T loss_scale) {
     acts_[l] = BlockActs{};
     std::swap(d_x, d_prev);
   }
-  cpu::embedding_backward<T>(batch_.tokens, d_x.data(), params_.grad(tok_emb_),
-                             params_.grad(pos_emb_), tokens_, S, h);
+  ops.embedding_backward(token_ids_.data(), d_x.data(), params_.grad(tok_emb_),
+                         params_.grad(pos_emb_), tokens_, S, h);
   acts_.clear();
+  logits_ = Tensor<T>();
+  token_ids_ = Tensor<std::int32_t>();
+  target_ids_ = Tensor<std::int32_t>();
 }
 
 template class GptModel<float>;
 template class GptModel<double>;
+template class GptModel<Half>;
+template class GptModel<BFloat16>;
 
 }  // namespace ted::model

@@ -1,14 +1,22 @@
-// The MoE GPT on the CPU backend, forward and backward written out (TED.md section 1):
-// token + position embedding, pre-LN blocks (causal multi-head attention, then a dense GeLU FFN
-// or, every expert_interval-th block, an MoE FFN), final LayerNorm, LM head, cross-entropy.
-// Loss = LM loss + aux_coeff * sum over MoE layers of the aux loss. Templated on float (the
-// reference) and double (gradient checks). With checkpointing a block keeps only its input and
-// recomputes the rest in backward, through the same code, so results are bit-identical.
+// The MoE GPT, forward and backward written out (TED.md section 1): token + position
+// embedding, pre-LN blocks (causal multi-head attention, then a dense GeLU FFN or, every
+// expert_interval-th block, an MoE FFN), final LayerNorm, LM head, cross-entropy.
+// Loss = LM loss + aux_coeff * sum over MoE layers of the aux loss.
+//
+// One model for every backend and precision: it runs on the device it is given through that
+// backend's kernel table (backend/ops.hpp) and never touches a buffer element. T is the storage
+// type of activations and weight copies: float (the reference), double (the gradient checks),
+// BFloat16 or Half (mixed precision: gradients stay in the master type, fp32). Split over a TED
+// grid (ModelParallel) it runs Megatron tensor parallelism and the MoE exchange.
+// With checkpointing a block keeps only its input and recomputes the rest in backward, through
+// the same code, so results are bit-identical.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "ted/backend/ops.hpp"
 #include "ted/backend/tensor.hpp"
 #include "ted/model/config.hpp"
 #include "ted/model/moe.hpp"
@@ -16,8 +24,8 @@
 
 namespace ted::model {
 
-// One micro-batch: `sequences` rows of seq_len tokens and their targets. The arrays must stay
-// alive until backward() of the same forward has run (the embedding gradient reads tokens).
+// One micro-batch: `sequences` rows of seq_len tokens and their targets, in host memory (the
+// model copies them to its device).
 struct Batch {
   const std::int32_t* tokens = nullptr;
   const std::int32_t* targets = nullptr;
@@ -29,14 +37,14 @@ struct Batch {
   int gate_group_sequences = 0;
 };
 
-template <typename T>
 struct Losses {
-  T lm = 0;
-  T aux = 0;        // sum over MoE layers of the layer's aux (mean over its gating groups)
+  double lm = 0;
+  double aux = 0;   // sum over MoE layers of the layer's aux (mean over its gating groups)
   int dropped = 0;  // choices dropped by capacity, all MoE layers
 };
 
 // How a model is split over a TED grid (TED.md section 3). Default: one process, the reference.
+// The communicators carry device buffers.
 struct ModelParallel {
   Communicator* tensor = nullptr;  // Megatron tensor parallelism (size T); null: T = 1
   Communicator* expert = nullptr;  // expert parallelism, the all-to-alls (size Ep); null: Ep = 1
@@ -57,18 +65,21 @@ void check_token_ids(const std::int32_t* tokens, const std::int32_t* targets, in
 template <typename T>
 class GptModel {
  public:
+  using M = master_t<T>;
   // Throws ConfigError when the model does not split over the groups (experts not divisible by
-  // Ep, heads or FFN width not divisible by T) or the switches contradict each other.
+  // Ep, heads or FFN width not divisible by T), the switches contradict each other, or the
+  // device's backend has no kernels for T.
   GptModel(const ModelConfig& config, Device& device, const ModelParallel& parallel = {});
 
   const ModelConfig& config() const { return config_; }
   ParamSet<T>& params() { return params_; }
   const ParamSet<T>& params() const { return params_; }
+  Ops<T>& ops() { return *ops_; }
 
   // Runs the forward pass and keeps what backward needs.
-  Losses<T> forward(const Batch& batch);
+  Losses forward(const Batch& batch);
   // Accumulates the gradients of loss_scale * (lm + aux_coeff * aux) of the last forward.
-  void backward(T loss_scale);
+  void backward(M loss_scale);
 
   // GEMM FLOPs of the last forward (backward is twice this; recompute adds a forward).
   double last_forward_flops() const { return last_forward_flops_; }
@@ -82,11 +93,13 @@ class GptModel {
   };
   struct BlockActs {
     Tensor<T> input;  // the checkpoint: always kept
-    Tensor<T> ln1, ln1_mean, ln1_rstd, qkv, probs, att, mid, ln2, ln2_mean, ln2_rstd;
+    Tensor<T> ln1, qkv, probs, att, mid, ln2;
+    Tensor<M> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
     Tensor<T> fc1, act;
     Tensor<T> proj_stash, ffn_stash;  // CAC: the tensor all-reduce outputs, for the recompute
     std::vector<MoeActivations<T>> moe;
-    T aux = 0;
+    M aux = 0;
+    int dropped = 0;
   };
 
   void block_forward(int layer, const T* x, T* out, BlockActs& acts, bool recompute);
@@ -103,6 +116,7 @@ class GptModel {
 
   ModelConfig config_;
   Device& device_;
+  std::unique_ptr<Ops<T>> ops_;
   ModelParallel parallel_;
   int T_ = 1, t_ = 0, Ep_ = 1, e_ = 0;
   ParamSet<T> params_;
@@ -113,10 +127,12 @@ class GptModel {
   Batch batch_;
   int tokens_ = 0;
   int group_sequences_ = 0;
+  Tensor<std::int32_t> token_ids_, target_ids_;  // the batch on the device
   std::vector<BlockActs> acts_;
-  Tensor<T> final_input_, lnf_, lnf_mean_, lnf_rstd_, d_logits_;
+  Tensor<T> final_input_, lnf_, logits_;  // logits_ becomes their gradient in backward
+  Tensor<M> lnf_mean_, lnf_rstd_;
   double last_forward_flops_ = 0;
-  T loss_scale_ = 1;
+  M loss_scale_ = 1;
 };
 
 }  // namespace ted::model

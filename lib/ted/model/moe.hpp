@@ -21,6 +21,7 @@
 // all-reduced (or reduce-scattered) in the tensor group.
 #pragma once
 
+#include "ted/backend/ops.hpp"
 #include "ted/backend/tensor.hpp"
 #include "ted/comm/communicator.hpp"
 #include "ted/model/gating.hpp"
@@ -36,15 +37,16 @@ struct MoeParams {  // this rank's experts: E/Ep of them, each with f/T of the F
   const T* b2;      // [E/Ep, h]
 };
 
-template <typename T>
-struct MoeGrads {
-  T* gate;
-  T* w1;
-  T* b1;
-  T* w2;
-  T* b2;
+template <typename M>
+struct MoeGrads {  // in the master type
+  M* gate;
+  M* w1;
+  M* b1;
+  M* w2;
+  M* b2;
 };
 
+// The exchange's communicators carry device buffers (comm/communicator.hpp).
 struct MoeExchange {
   Communicator* expert = nullptr;  // all-to-alls (size Ep); null: Ep = 1
   Communicator* tensor = nullptr;  // expert tensor parallelism and DTD (size T); null: T = 1
@@ -58,11 +60,11 @@ struct MoeExchange {
 
 template <typename T>
 struct MoeActivations {
-  Routing<T> routing;
+  Routing<master_t<T>> routing;
   int padded_capacity = 0;  // capacity rounded up to a multiple of T under DTD
   Tensor<T> dispatched;     // [E, Cp, h]
-  Tensor<T>
-      expert_in;  // [Ep, E/Ep, R, h] what this rank's experts compute on (R = Cp, or Cp/T unsplit)
+  // [Ep, E/Ep, R, h] what this rank's experts compute on (R = Cp, or Cp/T unsplit)
+  Tensor<T> expert_in;
   Tensor<T> hidden;           // [Ep, E/Ep, R, f/T] before GeLU
   Tensor<T> activated;        // [Ep, E/Ep, R, f/T]
   Tensor<T> returned;         // [E, Cp, h] expert outputs back at the tokens' rank
@@ -78,17 +80,20 @@ struct MoeShape {
   int experts;    // E, all of them
 };
 
-// Overwrites y [tokens, h]; fills acts. Returns the group's aux loss.
+// Overwrites y [tokens, h]; fills acts. Returns the group's routing statistics (aux loss and
+// dropped choices).
 template <typename T>
-T moe_forward(Device& device, const T* x, T* y, const MoeShape& shape, const GateConfig& config,
-              const RoutingKey& key, const MoeParams<T>& params, const MoeExchange& exchange,
-              MoeActivations<T>& acts);
+RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
+                         const GateConfig& config, const RoutingKey& key,
+                         const MoeParams<T>& params, const MoeExchange& exchange,
+                         MoeActivations<T>& acts);
 
 // Accumulates into dx and the gradients; aux_scale multiplies d aux (aux_coeff x loss scale).
 template <typename T>
-void moe_backward(Device& device, const T* x, const T* dy, T* dx, const MoeShape& shape,
+void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& shape,
                   const MoeParams<T>& params, const MoeExchange& exchange,
-                  const MoeActivations<T>& acts, T aux_scale, const MoeGrads<T>& grads);
+                  const MoeActivations<T>& acts, master_t<T> aux_scale,
+                  const MoeGrads<master_t<T>>& grads);
 
 // GEMM FLOPs of this rank's share of the layer's forward (backward is twice this).
 double moe_forward_flops(const MoeShape& shape, int local_expert_rows);

@@ -2,7 +2,6 @@
 
 #include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
-#include "ted/model/random.hpp"
 
 namespace ted::model {
 
@@ -22,30 +21,26 @@ std::size_t ParamSpec::size() const {
   return n;
 }
 
-std::size_t ParamSpec::global_index(std::size_t i) const {
-  if (slice.empty()) return i;
-  std::vector<int> local = local_shape();
-  std::size_t global = 0;
-  std::size_t rest = i;
-  std::vector<int> coordinate(local.size());
-  for (std::size_t d = local.size(); d-- > 0;) {  // row-major: last dimension fastest
-    coordinate[d] = static_cast<int>(rest % static_cast<std::size_t>(local[d]));
-    rest /= static_cast<std::size_t>(local[d]);
-  }
-  for (std::size_t d = 0; d < local.size(); ++d) {
-    int c = coordinate[d];
-    if (d < slice.size() && !slice[d].empty()) {
-      for (auto [start, length] : slice[d]) {
-        if (c < length) {
-          c += start;
-          break;
-        }
-        c -= length;
-      }
+SliceMap ParamSpec::slice_map() const {
+  SliceMap map;
+  TED_CHECK(shape.size() <= static_cast<std::size_t>(SliceMap::kMaxDims),
+            "parameter " + name + " has more dimensions than a SliceMap holds");
+  map.dims = static_cast<int>(shape.size());
+  const std::vector<int> local = local_shape();
+  for (int d = 0; d < map.dims; ++d) {
+    map.shape[d] = shape[d];
+    map.local[d] = local[d];
+    if (static_cast<std::size_t>(d) >= slice.size() || slice[d].empty()) continue;
+    TED_CHECK(slice[d].size() <= static_cast<std::size_t>(SliceMap::kMaxSegments),
+              "parameter " + name + " is cut into more segments than a SliceMap holds");
+    map.sliced = true;
+    map.segments[d] = static_cast<int>(slice[d].size());
+    for (std::size_t s = 0; s < slice[d].size(); ++s) {
+      map.start[d][s] = slice[d][s].first;
+      map.length[d][s] = slice[d][s].second;
     }
-    global = global * static_cast<std::size_t>(shape[d]) + static_cast<std::size_t>(c);
   }
-  return global;
+  return map;
 }
 
 std::uint64_t name_key(const std::string& name) {
@@ -54,17 +49,13 @@ std::uint64_t name_key(const std::string& name) {
   return h;
 }
 
-template <typename T>
-int ParamSet<T>::add(ParamSpec spec) {
-  TED_CHECK(values_.empty(), "ParamSet::add after allocate");
+int ParamLayout::add(ParamSpec spec) {
+  TED_CHECK(!laid_out_, "ParamLayout::add after lay_out");
   specs_.push_back(std::move(spec));
   return static_cast<int>(specs_.size()) - 1;
 }
 
-template <typename T>
-void ParamSet<T>::allocate(Device& device, std::uint64_t seed, double init_std,
-                           std::size_t dense_pad, std::size_t expert_pad) {
-  device_ = &device;
+void ParamLayout::lay_out(std::size_t dense_pad, std::size_t expert_pad) {
   total_ = 0;
   for (ParamKind kind : {ParamKind::dense, ParamKind::expert}) {
     std::size_t start = total_;
@@ -77,38 +68,46 @@ void ParamSet<T>::allocate(Device& device, std::uint64_t seed, double init_std,
     total_ = start + (total_ - start + pad - 1) / pad * pad;
     (kind == ParamKind::dense ? dense_range_ : expert_range_) = {start, total_ - start};
   }
+  laid_out_ = true;
+}
+
+template <typename T>
+void ParamSet<T>::allocate(Ops<T>& ops, std::uint64_t seed, double init_std, std::size_t dense_pad,
+                           std::size_t expert_pad) {
+  Device& device = ops.device();
+  device_ = &device;
+  layout_.lay_out(dense_pad, expert_pad);
   {
     MemoryScope scope(device, MemoryCategory::parameters);
-    values_ = zeros<T>(device, total_);  // padding stays 0
+    values_ = zeros<T>(device, total());  // padding stays 0
   }
-  MemoryScope scope(device, MemoryCategory::gradients);
-  grads_ = zeros<T>(device, total_);
-  for (const auto& spec : specs_) {
+  {
+    MemoryScope scope(device, MemoryCategory::gradients);
+    grads_ = zeros<M>(device, total());
+  }
+  for (const auto& spec : specs()) {
     T* v = values_.data() + spec.offset;
-    std::uint64_t key = name_key(spec.name);
-    for (std::size_t i = 0; i < spec.size(); ++i) {
-      switch (spec.init) {
-        case ParamInit::normal:
-          v[i] = static_cast<T>(init_std *
-                                random::normal(seed, random::kInit, key, spec.global_index(i)));
-          break;
-        case ParamInit::zeros:
-          v[i] = T(0);
-          break;
-        case ParamInit::ones:
-          v[i] = T(1);
-          break;
-      }
+    switch (spec.init) {
+      case ParamInit::normal:
+        ops.init_normal(v, spec.size(), seed, name_key(spec.name), init_std, spec.slice_map());
+        break;
+      case ParamInit::zeros:
+        break;
+      case ParamInit::ones:
+        device.fill(v, spec.size(), dtype_of<T>::value, 1.0);
+        break;
     }
   }
 }
 
 template <typename T>
 void ParamSet<T>::zero_grads() {
-  if (total_) device_->fill(grads_.data(), total_, dtype_of<T>::value, 0.0);
+  if (total()) device_->fill(grads_.data(), total(), dtype_of<M>::value, 0.0);
 }
 
 template class ParamSet<float>;
 template class ParamSet<double>;
+template class ParamSet<Half>;
+template class ParamSet<BFloat16>;
 
 }  // namespace ted::model

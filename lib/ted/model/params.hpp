@@ -1,15 +1,21 @@
 // All parameters of a model in one flat buffer (and their gradients in another of the same
-// layout), as named tensors. One flat buffer keeps the optimizer, gradient clipping and, later,
-// ZeRO sharding simple loops. Initial values are a pure function of (seed, tensor name,
-// element index), so a shard of a tensor on any rank can be initialised alone and equal the
-// same elements of the whole.
+// layout), as named tensors. One flat buffer keeps the optimizer, gradient clipping and ZeRO
+// sharding simple loops over ranges. Initial values are a pure function of (seed, tensor name,
+// element index in the whole tensor), so a shard of a tensor on any rank can be initialised
+// alone and equal the same elements of the whole.
+//
+// Precision: the values are T, what the kernels read (fp32, fp64, or the bf16/fp16 copy of
+// mixed precision, whose fp32 master the optimizer keeps); the gradients are always the master
+// type (fp32, or fp64 for fp64).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "ted/backend/ops.hpp"
 #include "ted/backend/tensor.hpp"
+#include "ted/model/slice_map.hpp"
 
 namespace ted::model {
 
@@ -33,40 +39,58 @@ struct ParamSpec {
 
   std::vector<int> local_shape() const;
   std::size_t size() const;  // elements held here
+  SliceMap slice_map() const;
   // Index in the full tensor of local element i (the init key, so shards equal the whole).
-  std::size_t global_index(std::size_t i) const;
+  std::size_t global_index(std::size_t i) const { return model::global_index(slice_map(), i); }
 };
 
-template <typename T>
-class ParamSet {
+// Where every tensor sits in the flat buffers: dense tensors first, then expert tensors, each
+// part padded to a multiple of its pad (the size of the data group that shards it under ZeRO-1).
+class ParamLayout {
  public:
   int add(ParamSpec spec);  // returns the id
-  // Lays out the flat buffers, dense tensors first then expert tensors, each part padded to a
-  // multiple of its pad (the size of the data group that shards it under ZeRO-1); allocates
-  // values and zeroed gradients and initialises the values.
-  void allocate(Device& device, std::uint64_t seed, double init_std, std::size_t dense_pad = 1,
-                std::size_t expert_pad = 1);
-
-  T* value(int id) { return values_.data() + specs_[id].offset; }
-  T* grad(int id) { return grads_.data() + specs_[id].offset; }
-  const T* value(int id) const { return values_.data() + specs_[id].offset; }
+  void lay_out(std::size_t dense_pad, std::size_t expert_pad);
   const std::vector<ParamSpec>& specs() const { return specs_; }
   std::size_t total() const { return total_; }
-  // [offset, offset + size) of the dense part and of the expert part (padding included).
+  // [offset, size) of the dense part and of the expert part (padding included).
   std::pair<std::size_t, std::size_t> range(ParamKind kind) const {
     return kind == ParamKind::dense ? dense_range_ : expert_range_;
   }
-  Tensor<T>& values() { return values_; }
-  Tensor<T>& grads() { return grads_; }
-  const Tensor<T>& values() const { return values_; }
-  void zero_grads();
 
  private:
   std::vector<ParamSpec> specs_;
   std::size_t total_ = 0;
   std::pair<std::size_t, std::size_t> dense_range_{0, 0}, expert_range_{0, 0};
+  bool laid_out_ = false;
+};
+
+template <typename T>
+class ParamSet {
+ public:
+  using M = master_t<T>;
+  int add(ParamSpec spec) { return layout_.add(std::move(spec)); }
+  // Lays out the flat buffers, allocates values and zeroed gradients on the ops' device and
+  // initialises the values there (padding stays 0).
+  void allocate(Ops<T>& ops, std::uint64_t seed, double init_std, std::size_t dense_pad = 1,
+                std::size_t expert_pad = 1);
+
+  T* value(int id) { return values_.data() + layout_.specs()[id].offset; }
+  const T* value(int id) const { return values_.data() + layout_.specs()[id].offset; }
+  M* grad(int id) { return grads_.data() + layout_.specs()[id].offset; }
+  const ParamLayout& layout() const { return layout_; }
+  const std::vector<ParamSpec>& specs() const { return layout_.specs(); }
+  std::size_t total() const { return layout_.total(); }
+  std::pair<std::size_t, std::size_t> range(ParamKind kind) const { return layout_.range(kind); }
+  Tensor<T>& values() { return values_; }
+  const Tensor<T>& values() const { return values_; }
+  Tensor<M>& grads() { return grads_; }
+  const Tensor<M>& grads() const { return grads_; }
+  void zero_grads();
+
+ private:
+  ParamLayout layout_;
   Tensor<T> values_;
-  Tensor<T> grads_;
+  Tensor<M> grads_;
   Device* device_ = nullptr;
 };
 

@@ -2,9 +2,10 @@
 // gradients and Adam state with ZeRO-1 sharding per data group, activations with or without
 // checkpointing, the CAC stash, the communication buffers of the MoE exchange and the
 // optimizer, and the optimizer's temporary spike with or without tiles. The tests hold it to
-// the tracking allocator's peaks of real runs (within 5%). With 16-bit elements (element_bytes
-// 2) it is mixed precision: 16-bit weights, gradients, activations and messages, fp32 master
-// weights with Adam's m and v (12 bytes an element), an fp32 upcast in the optimizer step.
+// the tracking allocator's peaks of real runs on the CPU backend (within 5%). With 16-bit
+// elements (element_bytes 2) it is mixed precision as the trainer runs it: 16-bit weights,
+// activations and messages; fp32 gradients; the fp32 master of this rank's shard with Adam's
+// m and v (12 bytes an element); an fp32 gradient tile in the optimizer step.
 #pragma once
 
 #include <array>

@@ -66,7 +66,7 @@ std::vector<Candidate> search(const experiments::ExperimentConfig& config, int g
       if (layout.tensor == 1) system.name = system.cac ? "deepspeed-moe+cac" : "deepspeed-moe";
       Candidate c;
       c.point = experiments::make_point(config, system, layout, config.train);
-      const StepShape s = shape_of(c.point, config.dtype);
+      const StepShape s = shape_of(c.point, config.train.run.dtype);
       c.time = step_time(s, cluster);
       c.peak = step_memory(s).total;
       c.fits = static_cast<double>(c.peak) <= cluster.memory_bytes;

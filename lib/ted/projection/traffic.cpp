@@ -26,6 +26,9 @@ class Recorder {
   void all_to_all(GroupKind g, std::uint64_t total, std::uint64_t times = 1) {
     add(CollectiveOp::all_to_all, g, times, total, total);
   }
+  StepTraffic result() const { return traffic_; }
+
+ private:
   void raw(CollectiveOp op, GroupKind g, std::uint64_t times, std::uint64_t sent_bytes,
            std::uint64_t recv_bytes) {
     Traffic& t = traffic_[static_cast<std::size_t>(op)][static_cast<std::size_t>(g)];
@@ -33,9 +36,6 @@ class Recorder {
     t.bytes_sent += times * sent_bytes;
     t.bytes_recv += times * recv_bytes;
   }
-  StepTraffic result() const { return traffic_; }
-
- private:
   void add(CollectiveOp op, GroupKind g, std::uint64_t times, std::uint64_t sent,
            std::uint64_t recv) {
     raw(op, g, times, sent * width_, recv * width_);
@@ -121,25 +121,35 @@ StepTraffic step_traffic(const StepShape& s) {
   }
   if (!distributed) return r.result();
 
-  // The step's loss, aux loss and drops, summed over the data-parallel ranks (3 doubles).
-  r.raw(CollectiveOp::all_reduce, GroupKind::nonexpert_data, 1, 24, 24);
-  // Gradients: unsplit experts summed over the tensor group, then each part over its data
-  // group (reduce-scatter + all-gather with ZeRO-1, else all-reduce).
+  // Gradients, in the master type: unsplit experts summed over the tensor group, then each part
+  // over its data group (reduce-scatter + all-gather of the updated weights, in the storage
+  // type, with ZeRO-1; else all-reduce). The step's scalars (losses, norm, overflow flag) go
+  // over the host control communicators, which the ledger does not record.
   const ParameterParts parts = parameter_parts(m, s.layout, split);
-  if (!split) r.all_reduce(tensor, parts.expert);
+  Recorder g(s.master_bytes());
+  if (!split) g.all_reduce(tensor, parts.expert);
   const std::pair<GroupKind, std::pair<std::uint64_t, int>> data_parts[] = {
       {GroupKind::nonexpert_data, {parts.dense, Ep * D}},
       {GroupKind::expert_data, {parts.expert, D}}};
   for (const auto& [group, part] : data_parts) {
     auto [size, n] = part;
     if (p.zero1) {
-      r.reduce_scatter(group, n, size / static_cast<std::uint64_t>(n));
+      g.reduce_scatter(group, n, size / static_cast<std::uint64_t>(n));
       r.all_gather(group, n, size / static_cast<std::uint64_t>(n));
     } else {
-      r.all_reduce(group, size);
+      g.all_reduce(group, size);
     }
   }
-  return r.result();
+  StepTraffic total = r.result();
+  const StepTraffic gradients = g.result();
+  for (std::size_t op = 0; op < kCollectiveOpCount; ++op)
+    for (std::size_t group = 0; group < kGroupKindCount; ++group) {
+      Traffic& t = total[op][group];
+      t.calls += gradients[op][group].calls;
+      t.bytes_sent += gradients[op][group].bytes_sent;
+      t.bytes_recv += gradients[op][group].bytes_recv;
+    }
+  return total;
 }
 
 const Traffic& at(const StepTraffic& traffic, CollectiveOp op, GroupKind group) {

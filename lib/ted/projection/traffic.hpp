@@ -5,7 +5,7 @@
 //
 // Assumes a gating capacity computed from the formula (not dropless: there it depends on the
 // data), one gating group per micro-batch (the trainer's rule), and fp32 elements unless
-// element_bytes says otherwise.
+// element_bytes says otherwise (then gradients stay fp32: mixed precision).
 #pragma once
 
 #include <array>
@@ -24,7 +24,10 @@ struct StepShape {
   int micro_batches = 1;  // per data-parallel rank per step
   Layout layout;
   train::ParallelConfig parallel;
+  // Activations and the weight copies the kernels read: 4 (fp32) or 2 (bf16, fp16: mixed
+  // precision, whose gradients, master weights and Adam state stay fp32).
   std::size_t element_bytes = 4;
+  std::size_t master_bytes() const { return element_bytes < 4 ? 4 : element_bytes; }
 };
 
 // Elements of the flat parameter buffers on one rank: the dense part and the expert part, each

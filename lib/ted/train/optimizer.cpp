@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 #include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
@@ -31,15 +33,26 @@ double learning_rate(const OptimizerConfig& c, int step, int total_steps) {
 }
 
 template <typename T>
-AdamW<T>::AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Device& device,
+AdamW<T>::AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Ops<T>& ops,
                 const OptimizerParallel& parallel)
-    : params_(params), config_(config), parallel_(parallel), device_(device) {
+    : params_(params), config_(config), parallel_(parallel), ops_(ops), device_(ops.device()) {
   config_.validate();
+  struct Segment {  // a tensor of the flat buffers
+    std::size_t begin, end;
+    bool decay, counted;
+  };
+  std::vector<Segment> segments;
+  for (const auto& spec : params.specs())
+    segments.push_back({spec.offset, spec.offset + spec.size(), spec.decay,
+                        !spec.tensor_replicated || parallel_.tensor_rank0});
+  std::sort(segments.begin(), segments.end(),
+            [](const Segment& a, const Segment& b) { return a.begin < b.begin; });
+
   for (auto kind : {model::ParamKind::dense, model::ParamKind::expert}) {
     auto [begin, size] = params.range(kind);
     Communicator* group =
         kind == model::ParamKind::dense ? parallel_.dense_group : parallel_.expert_group;
-    Part part{group, begin, size, begin, size, true, {}, {}};
+    Part part{kind, group, begin, size, begin, size, true, {}, {}, {}, {}, {}};
     if (group) {
       auto n = static_cast<std::size_t>(group->size());
       TED_CHECK(size % n == 0, "parameter part not padded to its data group");
@@ -50,108 +63,154 @@ AdamW<T>::AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Devic
         part.counts_norm = group->rank() == 0;  // every data rank holds the same values
       }
     }
-    MemoryScope scope(device, MemoryCategory::optimizer_state);
-    part.m = zeros<T>(device, part.count);
-    part.v = zeros<T>(device, part.count);
+    // My elements by weight decay (padding does not decay) and the ones the norm counts.
+    const std::size_t lo = part.mine, hi = part.mine + part.count;
+    std::size_t at = lo;
+    for (const auto& segment : segments) {
+      const std::size_t a = std::max(segment.begin, lo), b = std::min(segment.end, hi);
+      if (a >= b) continue;
+      if (segment.counted && part.counts_norm) part.norm_ranges.push_back({a - lo, b - lo});
+      if (a > at) part.runs.push_back({at - lo, a - lo, false});
+      part.runs.push_back({a - lo, b - lo, segment.decay});
+      at = b;
+    }
+    if (at < hi) part.runs.push_back({at - lo, hi - lo, false});
+
+    MemoryScope scope(device_, MemoryCategory::optimizer_state);
+    part.m = zeros<M>(device_, part.count);
+    part.v = zeros<M>(device_, part.count);
+    if constexpr (!std::is_same_v<T, M>) {  // the master starts as the weights' copy
+      part.master = Tensor<M>(device_, part.count);
+      ops_.convert(params.values().data() + part.mine, dtype_of<T>::value, part.master.data(),
+                   dtype_of<M>::value, part.count);
+    }
     parts_.push_back(std::move(part));
   }
-  for (const auto& spec : params.specs())
-    segments_.push_back({spec.offset, spec.offset + spec.size(), spec.decay,
-                         !spec.tensor_replicated || parallel_.tensor_rank0});
-  std::sort(segments_.begin(), segments_.end(),
-            [](const Segment& a, const Segment& b) { return a.begin < b.begin; });
 }
 
 template <typename T>
-double AdamW<T>::step(int step, int total_steps) {
-  T* grads = params_.grads().data();
+OptimizerStep AdamW<T>::step(int step, int total_steps, double loss_scale, bool check_overflow) {
+  M* grads = params_.grads().data();
   T* values = params_.values().data();
-  const DataType dtype = dtype_of<T>::value;
+  const DataType grad_type = dtype_of<M>::value, value_type = dtype_of<T>::value;
+  OptimizerStep result;
 
   // 1. Sum the gradients over each part's data group (reduce-scatter: only my shard); whole
   // experts run by every tensor rank on its own token slice are summed over the tensor group.
   if (parallel_.expert_tensor_group) {
     auto [begin, size] = params_.range(model::ParamKind::expert);
-    parallel_.expert_tensor_group->all_reduce(grads + begin, grads + begin, size, dtype);
+    parallel_.expert_tensor_group->all_reduce(grads + begin, grads + begin, size, grad_type);
   }
-  std::vector<Tensor<T>> shard_grads(parts_.size());
+  std::vector<Tensor<M>> shard_grads(parts_.size());
   MemoryScope communication(device_, MemoryCategory::communication);
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     Part& part = parts_[i];
     if (!part.group) continue;
     if (parallel_.zero1) {
-      shard_grads[i] = Tensor<T>(device_, part.count);
-      part.group->reduce_scatter(grads + part.begin, shard_grads[i].data(), part.count, dtype);
+      shard_grads[i] = Tensor<M>(device_, part.count);
+      part.group->reduce_scatter(grads + part.begin, shard_grads[i].data(), part.count, grad_type);
     } else {
-      part.group->all_reduce(grads + part.begin, grads + part.begin, part.size, dtype);
+      part.group->all_reduce(grads + part.begin, grads + part.begin, part.size, grad_type);
     }
   }
   auto grad_of = [&](std::size_t i) {  // my gradients of part i, indexed from part.mine
     return shard_grads[i].empty() ? grads + parts_[i].mine : shard_grads[i].data();
   };
+  auto master_of = [&](std::size_t i) -> M* {  // the master of my elements of part i
+    if constexpr (std::is_same_v<T, M>)
+      return values + parts_[i].mine;
+    else
+      return parts_[i].master.data();
+  };
 
-  // 2. Global norm over the distinct elements, then the clipping factor.
-  double sum = 0;
-  for (std::size_t i = 0; i < parts_.size(); ++i) {
-    const Part& part = parts_[i];
-    if (!part.counts_norm) continue;
-    const T* g = grad_of(i);
-    for (const auto& segment : segments_) {
-      if (!segment.counted) continue;
-      std::size_t lo = std::max(segment.begin, part.mine);
-      std::size_t hi = std::min(segment.end, part.mine + part.count);
-      for (std::size_t k = lo; k < hi; ++k)
-        sum += static_cast<double>(g[k - part.mine]) * g[k - part.mine];
+  if (probe_) {
+    std::vector<GradientShard> shards;
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      std::vector<M> host(parts_[i].count);
+      device_.copy_to_host(host.data(), grad_of(i), host.size() * sizeof(M));
+      shards.push_back(
+          {parts_[i].kind, parts_[i].mine, std::vector<double>(host.begin(), host.end())});
+    }
+    probe_(shards);
+  }
+
+  // 2. fp16: a step with an inf or NaN gradient anywhere is skipped everywhere.
+  if (check_overflow) {
+    std::int32_t overflow = 0;
+    for (std::size_t i = 0; i < parts_.size(); ++i)
+      overflow |= ops_.has_non_finite(grad_of(i), grad_type, parts_[i].count) ? 1 : 0;
+    TED_CHECK(parallel_.control || !parts_[0].group,
+              "a distributed optimizer needs a control world");
+    if (parallel_.control)
+      parallel_.control->all_reduce(&overflow, &overflow, 1, DataType::i32, ReduceOp::max);
+    if (overflow) {
+      result.grad_norm = std::numeric_limits<double>::infinity();
+      result.applied = false;
+      last_lr_ = learning_rate(config_, step, total_steps);
+      return result;
     }
   }
-  if (parallel_.world) parallel_.world->all_reduce(&sum, &sum, 1, DataType::f64);
-  double norm = std::sqrt(sum);
-  double clip = config_.grad_clip > 0 && norm > config_.grad_clip ? config_.grad_clip / norm : 1.0;
 
-  // 3. Adam on my elements, a tile at a time.
+  // 3. Global norm over the distinct elements, then the clipping factor.
+  double sum = 0;
+  for (std::size_t i = 0; i < parts_.size(); ++i)
+    sum = ops_.sum_squares(grad_of(i), grad_type, parts_[i].norm_ranges, sum);
+  if (parallel_.control) parallel_.control->all_reduce(&sum, &sum, 1, DataType::f64);
+  const double norm = std::sqrt(sum) / loss_scale;
+  const double clip =
+      config_.grad_clip > 0 && norm > config_.grad_clip ? config_.grad_clip / norm : 1.0;
+  result.grad_norm = norm;
+
+  // 4. Adam on my elements, a tile at a time: unscale and clip the tile's gradient, update the
+  // master, write the weights' copy.
   last_lr_ = learning_rate(config_, step, total_steps);
-  const int t = step + 1;
-  const T lr = static_cast<T>(last_lr_);
-  const T b1 = static_cast<T>(config_.beta1), b2 = static_cast<T>(config_.beta2);
-  const T correction1 = static_cast<T>(1.0 - std::pow(config_.beta1, t));
-  const T correction2 = static_cast<T>(1.0 - std::pow(config_.beta2, t));
-  const T eps = static_cast<T>(config_.eps), scale = static_cast<T>(clip);
-  const kernels::AdamHyper<T> with_decay{
-      lr, b1, b2, eps, static_cast<T>(config_.weight_decay), correction1, correction2};
-  kernels::AdamHyper<T> without_decay = with_decay;
-  without_decay.weight_decay = T(0);
+  const int t = ++applied_steps_;
+  const M lr = static_cast<M>(last_lr_);
+  const M b1 = static_cast<M>(config_.beta1), b2 = static_cast<M>(config_.beta2);
+  const M correction1 = static_cast<M>(1.0 - std::pow(config_.beta1, t));
+  const M correction2 = static_cast<M>(1.0 - std::pow(config_.beta2, t));
+  const M eps = static_cast<M>(config_.eps), scale = static_cast<M>(clip / loss_scale);
+  const kernels::AdamHyper<M> with_decay{
+      lr, b1, b2, eps, static_cast<M>(config_.weight_decay), correction1, correction2};
+  kernels::AdamHyper<M> without_decay = with_decay;
+  without_decay.weight_decay = M(0);
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     Part& part = parts_[i];
-    const T* g = grad_of(i);
+    const M* g = grad_of(i);
+    M* master = master_of(i);
     std::size_t tile =
         parallel_.tile_elems ? parallel_.tile_elems : std::max<std::size_t>(part.count, 1);
-    auto segment = segments_.begin();
+    auto run = part.runs.begin();
     for (std::size_t first = 0; first < part.count; first += tile) {
-      std::size_t length = std::min(tile, part.count - first);
+      const std::size_t last = std::min(first + tile, part.count);
       MemoryScope temporaries(device_, MemoryCategory::optimizer_temporaries);
-      Tensor<T> work(device_, length);  // the tile's unscaled, clipped gradient
-      for (std::size_t k = 0; k < length; ++k) work[k] = g[first + k] * scale;
-      for (std::size_t k = 0; k < length; ++k) {
-        std::size_t flat = part.mine + first + k;
-        while (segment != segments_.end() && segment->end <= flat) ++segment;
-        bool decays = segment != segments_.end() && segment->begin <= flat && segment->decay;
-        kernels::adamw_update(values[flat], part.m[first + k], part.v[first + k], work[k],
-                              decays ? with_decay : without_decay);
+      Tensor<M> work(device_, last - first);  // the tile's unscaled, clipped gradient
+      ops_.scale_copy(g + first, work.data(), last - first, scale);
+      while (run != part.runs.end() && run->end <= first) ++run;
+      for (auto r = run; r != part.runs.end() && r->begin < last; ++r) {
+        const std::size_t a = std::max(r->begin, first), b = std::min(r->end, last);
+        ops_.adamw(master + a, part.m.data() + a, part.v.data() + a, work.data() + (a - first),
+                   b - a, r->decay ? with_decay : without_decay);
       }
+      if constexpr (!std::is_same_v<T, M>)
+        ops_.convert(master + first, grad_type, values + part.mine + first, value_type,
+                     last - first);
     }
   }
 
-  // 4. ZeRO-1: everyone gets everyone's updated shards.
+  // 5. ZeRO-1: everyone gets everyone's updated shards (of the weights the kernels read).
   for (auto& part : parts_) {
     if (!part.group || !parallel_.zero1) continue;
     Tensor<T> mine(device_, part.count);
-    std::copy(values + part.mine, values + part.mine + part.count, mine.data());
-    part.group->all_gather(mine.data(), values + part.begin, part.count, dtype);
+    device_.copy(mine.data(), values + part.mine, part.count * sizeof(T));
+    part.group->all_gather(mine.data(), values + part.begin, part.count, value_type);
   }
-  return norm;
+  return result;
 }
 
 template class AdamW<float>;
 template class AdamW<double>;
+template class AdamW<Half>;
+template class AdamW<BFloat16>;
 
 }  // namespace ted::train

@@ -7,12 +7,19 @@
 // expert-data group (D). With ZeRO stage 1 the gradients are reduce-scattered, each rank keeps
 // Adam state for and updates its 1/n shard only, and the updated shards are all-gathered.
 // The step walks its elements in tiles of at most tile_elems (0: one tile), so the temporary
-// gradient copy (the fp32 upcast of mixed precision, here the unscaled and clipped gradient)
-// is bounded by a tile. The clipping norm counts every distinct element of the model once.
+// gradient copy (the unscaled and clipped fp32 gradient) is bounded by a tile. The clipping
+// norm counts every distinct element of the model once.
+//
+// Mixed precision (T = bf16 or fp16): the gradients are fp32 already; the optimizer keeps the
+// fp32 master of the elements it updates (its ZeRO-1 shard) next to Adam's m and v, updates it
+// and writes the 16-bit copy the kernels read, which is what the all-gather then moves. In fp32
+// the values are the master. Every element is touched through the backend's kernels.
 #pragma once
 
+#include <functional>
 #include <vector>
 
+#include "ted/backend/ops.hpp"
 #include "ted/backend/tensor.hpp"
 #include "ted/comm/communicator.hpp"
 #include "ted/model/params.hpp"
@@ -36,45 +43,75 @@ struct OptimizerConfig {
 double learning_rate(const OptimizerConfig& config, int step, int total_steps);
 
 struct OptimizerParallel {
+  // Device communicators (they carry gradients and parameters).
   Communicator* dense_group = nullptr;   // non-expert-data group; null: one process
   Communicator* expert_group = nullptr;  // expert-data group
-  Communicator* world = nullptr;         // for the global gradient norm
   // Experts not split over T: their gradients are summed over the tensor group first.
   Communicator* expert_tensor_group = nullptr;
+  // The host control world: the global gradient norm and the overflow flag.
+  Communicator* control = nullptr;
   bool tensor_rank0 = true;  // this rank counts the tensor-replicated tensors in the norm
   bool zero1 = true;
   std::size_t tile_elems = 0;  // 0: the whole shard at once
 };
 
+struct OptimizerStep {
+  double grad_norm = 0;  // of the unscaled gradients, before clipping (inf when skipped)
+  bool applied = true;   // false: a gradient overflowed on some rank and no rank stepped
+};
+
+// This rank's reduced gradients of one part of the flat buffers, before the update: flat
+// elements [first, first + values.size()), still multiplied by the loss scale.
+struct GradientShard {
+  model::ParamKind kind = model::ParamKind::dense;
+  std::size_t first = 0;
+  std::vector<double> values;
+};
+
 template <typename T>
 class AdamW {
  public:
-  AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Device& device,
+  using M = master_t<T>;
+  AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Ops<T>& ops,
         const OptimizerParallel& parallel = {});
-  // Clips, updates every parameter, returns the gradient norm before clipping.
-  double step(int step, int total_steps);
+  // Reduces the gradients over the data groups, then clips and updates every parameter.
+  // The gradients are of loss_scale x the loss. With check_overflow (fp16) a step whose
+  // gradients hold an inf or NaN on any rank is skipped on every rank (the flag is agreed over
+  // the control world first).
+  OptimizerStep step(int step, int total_steps, double loss_scale = 1.0,
+                     bool check_overflow = false);
   double last_lr() const { return last_lr_; }
+  // Called with host copies of the reduced gradient shards before each update (tests).
+  void set_gradient_probe(std::function<void(const std::vector<GradientShard>&)> probe) {
+    probe_ = std::move(probe);
+  }
 
  private:
+  struct Run {  // elements [begin, end) of a part's shard, relative to its first
+    std::size_t begin, end;
+    bool decay;
+  };
   struct Part {  // the dense or the expert part of the flat buffers, as this rank updates it
+    model::ParamKind kind;
     Communicator* group;
     std::size_t begin, size;  // the whole part in the flat buffers
     std::size_t mine, count;  // the elements this rank updates (its shard, or all)
     bool counts_norm;         // this rank adds its elements to the norm
-    Tensor<T> m, v;
-  };
-  struct Segment {  // a run of elements with the same weight decay and norm ownership
-    std::size_t begin, end;
-    bool decay, counted;
+    Tensor<M> m, v;
+    Tensor<M> master;                     // 16-bit: the fp32 master of my elements
+    std::vector<IndexRange> norm_ranges;  // my elements the norm counts (relative to mine)
+    std::vector<Run> runs;                // my elements by weight decay (relative to mine)
   };
 
   model::ParamSet<T>& params_;
   OptimizerConfig config_;
   OptimizerParallel parallel_;
+  Ops<T>& ops_;
   Device& device_;
   std::vector<Part> parts_;
-  std::vector<Segment> segments_;
+  std::function<void(const std::vector<GradientShard>&)> probe_;
   double last_lr_ = 0;
+  int applied_steps_ = 0;
 };
 
 }  // namespace ted::train

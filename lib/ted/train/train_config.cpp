@@ -1,5 +1,6 @@
 #include "ted/train/train_config.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "ted/core/error.hpp"
@@ -54,6 +55,11 @@ ConfigSchema TrainConfig::schema() {
   s.add("parallel.zero1", &parallel.zero1);
   s.add("parallel.tile_elems", &parallel.tile_elems);
   s.add("parallel.split_experts", &parallel.split_experts);
+  s.add("run.backend", &run.backend);
+  s.add("run.dtype", &run.dtype);
+  s.add("run.comm", &run.comm);
+  s.add("run.loss_scale", &run.loss_scale);
+  s.add("run.loss_scale_window", &run.loss_scale_window);
   return s;
 }
 
@@ -70,6 +76,17 @@ void TrainConfig::validate() const {
   if (steps < 1) throw ConfigError("training.steps must be at least 1");
   if (log_every < 1) throw ConfigError("training.log_every must be at least 1");
   if (parallel.tile_elems < 0) throw ConfigError("parallel.tile_elems must not be negative");
+  if (run.backend != "cpu" && run.backend != "cuda")
+    throw ConfigError("run.backend must be cpu or cuda, got '" + run.backend + "'");
+  if (run.dtype != "fp32" && run.dtype != "bf16" && run.dtype != "fp16")
+    throw ConfigError("run.dtype must be fp32, bf16 or fp16, got '" + run.dtype + "'");
+  if (run.comm != "mpi" && run.comm != "nccl")
+    throw ConfigError("run.comm must be mpi or nccl, got '" + run.comm + "'");
+  if (run.comm == "nccl" && run.backend != "cuda")
+    throw ConfigError("run.comm nccl carries GPU memory: it needs run.backend cuda");
+  if (!(run.loss_scale > 0) || !std::isfinite(run.loss_scale))
+    throw ConfigError("run.loss_scale must be a positive finite number");
+  if (run.loss_scale_window < 1) throw ConfigError("run.loss_scale_window must be at least 1");
 }
 
 }  // namespace ted::train

@@ -10,6 +10,8 @@
 //   training:  steps seed log_every csv
 //   parallel:  tp ep dp (0: ranks / (tp * ep)) dtd cac reduce_scatter zero1 tile_elems
 //              split_experts cac_all_reduce
+//   run:       backend (cpu | cuda) dtype (fp32 | bf16 | fp16) comm (mpi | nccl) loss_scale
+//              loss_scale_window
 #pragma once
 
 #include <string>
@@ -43,9 +45,20 @@ struct ParallelConfig {
   bool cac_all_reduce = false;  // CAC also keeps the tensor all-reduce outputs (needs cac)
 };
 
+// Where and in what precision a run computes (backend/registry.hpp).
+struct RunConfig {
+  std::string backend = "cpu";   // cpu | cuda
+  std::string dtype = "fp32";    // fp32 | bf16 | fp16: activations and weight copies (mixed
+                                 // precision keeps fp32 masters, gradients and Adam state)
+  std::string comm = "mpi";      // mpi (host memory, or GPU memory staged through it) | nccl
+  double loss_scale = 65536.0;   // fp16: the initial dynamic loss scale
+  int loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
+};
+
 struct TrainConfig {
   model::ModelConfig model;
   ParallelConfig parallel;
+  RunConfig run;
   OptimizerConfig optimizer;
   DataConfig data;
   int steps = 100;

@@ -2,6 +2,9 @@
 
 #include <chrono>
 
+#include "ted/model/gpt.hpp"
+#include "ted/train/loss_scaler.hpp"
+
 namespace ted::train {
 
 std::unique_ptr<TokenSource> make_source(const TrainConfig& config) {
@@ -13,10 +16,6 @@ std::unique_ptr<TokenSource> make_source(const TrainConfig& config) {
 }
 
 namespace {
-const TrainConfig& validated(const TrainConfig& config) {
-  config.validate();
-  return config;
-}
 
 model::ModelParallel model_parallel(const ParallelConfig& p, TedGroups* groups) {
   model::ModelParallel m;
@@ -41,83 +40,168 @@ OptimizerParallel optimizer_parallel(const ParallelConfig& p, TedGroups* groups)
   if (groups) {
     o.dense_group = &groups->nonexpert_data();
     o.expert_group = &groups->expert_data();
-    o.world = &groups->world();
+    o.control = &groups->control();
     o.tensor_rank0 = groups->tensor().rank() == 0;
     if (!p.split_experts && groups->tensor().size() > 1) o.expert_tensor_group = &groups->tensor();
   }
   return o;
 }
+
+}  // namespace
+
+struct Trainer::Core {
+  explicit Core(const TrainConfig& config) : source(make_source(config)) {}
+  virtual ~Core() = default;
+  virtual StepRecord step(int step) = 0;
+  virtual double fingerprint() = 0;
+  virtual const model::ParamLayout& params() const = 0;
+  virtual DataType dtype() const = 0;
+  std::unique_ptr<TokenSource> source;
+  std::function<void(int, void*, DataType)> before_update;
+  std::function<void(const std::vector<GradientShard>&)> probe;
+};
+
+namespace {
+
+template <typename T>
+class TypedCore final : public Trainer::Core {
+ public:
+  using M = master_t<T>;
+  TypedCore(const TrainConfig& config, Device& device, TedGroups* groups)
+      : Core(config),
+        config_(config),
+        groups_(groups),
+        model_(config_.model, device, model_parallel(config_.parallel, groups)),
+        optimizer_(model_.params(), config_.optimizer, model_.ops(),
+                   optimizer_parallel(config_.parallel, groups)),
+        scaling_(std::is_same_v<T, Half>),
+        scaler_({config_.run.loss_scale, 2.0, 0.5, config_.run.loss_scale_window, 1.0}) {
+    if (groups_) {
+      dp_size_ = groups_->nonexpert_data().size();
+      dp_rank_ = groups_->nonexpert_data().rank();
+    }
+    std::size_t tokens = static_cast<std::size_t>(config_.data.micro_batch) * config_.model.seq_len;
+    tokens_.resize(tokens);
+    targets_.resize(tokens);
+  }
+
+  StepRecord step(int step) override {
+    auto start = std::chrono::steady_clock::now();
+    const int B = config_.data.micro_batch, Mb = config_.data.micro_batches;
+    const int S = config_.model.seq_len;
+    StepRecord record;
+    record.step = step;
+    record.loss_scale = scaling_ ? scaler_.scale() : 1.0;
+    model_.params().zero_grads();
+    const int global_micro = Mb * dp_size_;
+    for (int m = 0; m < Mb; ++m) {
+      const std::int64_t g = static_cast<std::int64_t>(m) * dp_size_ + dp_rank_;
+      std::int64_t first = (static_cast<std::int64_t>(step) * global_micro + g) * B;
+      for (int s = 0; s < B; ++s)
+        source->sample(first + s, S, tokens_.data() + static_cast<std::size_t>(s) * S,
+                       targets_.data() + static_cast<std::size_t>(s) * S);
+      model::Batch batch{tokens_.data(), targets_.data(), B, first, step, B};
+      auto losses = model_.forward(batch);
+      double forward_flops = model_.last_forward_flops();
+      model_.backward(static_cast<M>(record.loss_scale) / static_cast<M>(global_micro));
+      record.flops += forward_flops * (config_.model.checkpoint ? 4.0 : 3.0);
+      record.lm_loss += losses.lm;
+      record.aux_loss += losses.aux;
+      record.dropped += losses.dropped;
+    }
+    if (groups_) {  // mean over the global batch: sum over the data-parallel ranks
+      double sums[3] = {record.lm_loss, record.aux_loss, static_cast<double>(record.dropped)};
+      groups_->control(GroupKind::nonexpert_data).all_reduce(sums, sums, 3, DataType::f64);
+      record.lm_loss = sums[0], record.aux_loss = sums[1];
+      record.dropped = static_cast<int>(sums[2]);
+    }
+    record.lm_loss /= global_micro;
+    record.aux_loss /= global_micro;
+    record.loss = record.lm_loss + config_.model.gate.aux_coeff * record.aux_loss;
+    if (before_update) before_update(step, model_.params().grads().data(), dtype_of<M>::value);
+    optimizer_.set_gradient_probe(probe);
+    const OptimizerStep result = optimizer_.step(step, config_.steps, record.loss_scale, scaling_);
+    if (scaling_) scaler_.update(!result.applied);
+    record.grad_norm = result.grad_norm;
+    record.skipped = !result.applied;
+    record.lr = optimizer_.last_lr();
+    model_.ops().device().synchronize();  // the update is queued on the device: time all of it
+    record.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    record.tokens_per_second = static_cast<double>(B) * global_micro * S / record.seconds;
+    return record;
+  }
+
+  double fingerprint() override {
+    const auto& params = model_.params();
+    bool tensor_first = !groups_ || groups_->tensor().rank() == 0;
+    bool dense_first = !groups_ || groups_->nonexpert_data().rank() == 0;
+    bool expert_first = !groups_ || groups_->expert_data().rank() == 0;
+    std::vector<IndexRange> owned;
+    for (const auto& spec : params.specs()) {
+      bool owner = spec.kind == model::ParamKind::dense ? dense_first : expert_first;
+      if (!owner || (spec.tensor_replicated && !tensor_first)) continue;
+      owned.push_back({spec.offset, spec.offset + spec.size()});
+    }
+    double sum = model_.ops().sum_squares(params.values().data(), dtype_of<T>::value, owned, 0.0);
+    if (groups_) groups_->control().all_reduce(&sum, &sum, 1, DataType::f64);
+    return sum;
+  }
+
+  const model::ParamLayout& params() const override { return model_.params().layout(); }
+  DataType dtype() const override { return dtype_of<T>::value; }
+
+ private:
+  TrainConfig config_;
+  TedGroups* groups_;
+  int dp_size_ = 1, dp_rank_ = 0;
+  model::GptModel<T> model_;
+  AdamW<T> optimizer_;
+  bool scaling_;
+  LossScaler scaler_;
+  std::vector<std::int32_t> tokens_, targets_;
+};
+
+const TrainConfig& validated(const TrainConfig& config) {
+  config.validate();
+  return config;
+}
+
+std::unique_ptr<Trainer::Core> make_core(const TrainConfig& config, Device& device,
+                                         TedGroups* groups) {
+  const std::string& dtype = validated(config).run.dtype;
+  if (dtype == "bf16") return std::make_unique<TypedCore<BFloat16>>(config, device, groups);
+  if (dtype == "fp16") return std::make_unique<TypedCore<Half>>(config, device, groups);
+  return std::make_unique<TypedCore<float>>(config, device, groups);
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, Device& device, TedGroups* groups)
-    : config_(validated(config)),
-      groups_(groups),
-      source_(make_source(config_)),
-      model_(config_.model, device, model_parallel(config_.parallel, groups)),
-      optimizer_(model_.params(), config_.optimizer, device,
-                 optimizer_parallel(config_.parallel, groups)) {
-  if (groups_) {
-    dp_size_ = groups_->nonexpert_data().size();
-    dp_rank_ = groups_->nonexpert_data().rank();
-  }
-  std::size_t tokens = static_cast<std::size_t>(config_.data.micro_batch) * config_.model.seq_len;
-  tokens_.resize(tokens);
-  targets_.resize(tokens);
-}
+    : core_(make_core(config, device, groups)) {}
+
+Trainer::~Trainer() = default;
 
 StepRecord Trainer::step(int step) {
-  auto start = std::chrono::steady_clock::now();
-  const int B = config_.data.micro_batch, M = config_.data.micro_batches, S = config_.model.seq_len;
-  StepRecord record;
-  record.step = step;
-  model_.params().zero_grads();
-  const int global_micro = M * dp_size_;
-  for (int m = 0; m < M; ++m) {
-    const std::int64_t g = static_cast<std::int64_t>(m) * dp_size_ + dp_rank_;
-    std::int64_t first = (static_cast<std::int64_t>(step) * global_micro + g) * B;
-    for (int s = 0; s < B; ++s)
-      source_->sample(first + s, S, tokens_.data() + static_cast<std::size_t>(s) * S,
-                      targets_.data() + static_cast<std::size_t>(s) * S);
-    model::Batch batch{tokens_.data(), targets_.data(), B, first, step, B};
-    auto losses = model_.forward(batch);
-    double forward_flops = model_.last_forward_flops();
-    model_.backward(1.0f / static_cast<float>(global_micro));
-    record.flops += forward_flops * (config_.model.checkpoint ? 4.0 : 3.0);
-    record.lm_loss += losses.lm;
-    record.aux_loss += losses.aux;
-    record.dropped += losses.dropped;
-  }
-  if (groups_) {  // mean over the global batch: sum over the data-parallel ranks
-    double sums[3] = {record.lm_loss, record.aux_loss, static_cast<double>(record.dropped)};
-    groups_->nonexpert_data().all_reduce(sums, sums, 3, DataType::f64);
-    record.lm_loss = sums[0], record.aux_loss = sums[1];
-    record.dropped = static_cast<int>(sums[2]);
-  }
-  record.lm_loss /= global_micro;
-  record.aux_loss /= global_micro;
-  record.loss = record.lm_loss + config_.model.gate.aux_coeff * record.aux_loss;
-  record.grad_norm = optimizer_.step(step, config_.steps);
-  record.lr = optimizer_.last_lr();
-  record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  record.tokens_per_second = static_cast<double>(B) * global_micro * S / record.seconds;
-  return record;
+  return core_->step(step);
 }
-
 double Trainer::fingerprint() {
-  const auto& params = model_.params();
-  const float* values = params.values().data();
-  bool tensor_first = !groups_ || groups_->tensor().rank() == 0;
-  bool dense_first = !groups_ || groups_->nonexpert_data().rank() == 0;
-  bool expert_first = !groups_ || groups_->expert_data().rank() == 0;
-  double sum = 0;
-  for (const auto& spec : params.specs()) {
-    bool owner = spec.kind == model::ParamKind::dense ? dense_first : expert_first;
-    if (!owner || (spec.tensor_replicated && !tensor_first)) continue;
-    for (std::size_t i = spec.offset; i < spec.offset + spec.size(); ++i)
-      sum += static_cast<double>(values[i]) * values[i];
-  }
-  if (groups_) groups_->world().all_reduce(&sum, &sum, 1, DataType::f64);
-  return sum;
+  return core_->fingerprint();
+}
+const model::ParamLayout& Trainer::params() const {
+  return core_->params();
+}
+const TokenSource& Trainer::source() const {
+  return *core_->source;
+}
+DataType Trainer::dtype() const {
+  return core_->dtype();
+}
+void Trainer::set_gradient_probe(std::function<void(const std::vector<GradientShard>&)> probe) {
+  core_->probe = std::move(probe);
+}
+void Trainer::set_before_update(std::function<void(int, void*, DataType)> hook) {
+  core_->before_update = std::move(hook);
 }
 
 }  // namespace ted::train

@@ -1,16 +1,23 @@
-// The training loop: per optimizer step, micro_batches micro-batches of micro_batch sequences on
-// each data-parallel rank (the DP = Ep x D ranks of a non-expert-data group each feed their
-// own), gradients accumulated with scale 1 / (micro_batches x DP) so the loss is the mean over
-// the global batch of micro_batch x micro_batches x DP sequences, then AdamW (ZeRO-1 on a grid).
+// The training loop, one for every backend, layout and precision: per optimizer step,
+// micro_batches micro-batches of micro_batch sequences on each data-parallel rank (the
+// DP = Ep x D ranks of a non-expert-data group each feed their own), gradients accumulated with
+// scale 1 / (micro_batches x DP) so the loss is the mean over the global batch of
+// micro_batch x micro_batches x DP sequences, then AdamW (ZeRO-1 on a grid).
 // Micro-batch m of data-parallel rank r is global micro-batch g = m x DP + r, and sequence s of
 // it is global sample (step x micro_batches x DP + g) x micro_batch + s: a single process with
 // micro_batches x DP micro-batches sees exactly the same data.
+//
+// The model runs on the device it is given, in run.dtype (fp32; or bf16/fp16 with fp32 masters,
+// gradients and Adam state); fp16 scales the loss dynamically (loss_scaler.hpp), and a step
+// whose gradients overflow on any rank is skipped on every rank. Losses and the other scalars
+// travel on the groups' host control communicators.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "ted/grid/ted_groups.hpp"
-#include "ted/model/gpt.hpp"
+#include "ted/model/params.hpp"
 #include "ted/train/data.hpp"
 #include "ted/train/optimizer.hpp"
 #include "ted/train/train_config.hpp"
@@ -23,8 +30,10 @@ struct StepRecord {
   double lm_loss = 0;
   double aux_loss = 0;
   double lr = 0;
-  double grad_norm = 0;
-  int dropped = 0;  // token choices dropped by capacity in this step
+  double grad_norm = 0;   // inf when the step was skipped
+  int dropped = 0;        // token choices dropped by capacity in this step
+  double loss_scale = 1;  // the scale backward ran with (fp16), else 1
+  bool skipped = false;   // fp16: a gradient overflowed on some rank, no rank stepped
   double seconds = 0;
   double tokens_per_second = 0;
   double flops = 0;  // GEMM FLOPs of forward, backward and recompute
@@ -34,23 +43,29 @@ std::unique_ptr<TokenSource> make_source(const TrainConfig& config);
 
 class Trainer {
  public:
-  // `groups`: the rank's TED groups (null: one process, the reference). Validates the config.
+  // `device`: where the model lives (its backend runs the kernels); `groups`: the rank's TED
+  // groups (null: one process, the reference). Validates the config.
   Trainer(const TrainConfig& config, Device& device, TedGroups* groups = nullptr);
+  ~Trainer();
   StepRecord step(int step);
-  model::GptModel<float>& model() { return model_; }
-  // Sum of squares of every parameter of the model, each distinct element counted once over
-  // the whole layout (the same number on every rank, and for the reference).
+  // Sum of squares of every parameter of the model (the weights the kernels read), each
+  // distinct element counted once over the whole layout (the same number on every rank, and
+  // for the reference).
   double fingerprint();
-  const TokenSource& source() const { return *source_; }
+  const model::ParamLayout& params() const;
+  const TokenSource& source() const;
+  DataType dtype() const;  // the storage type of activations and weight copies
+
+  // Test hooks. The probe sees host copies of the reduced gradient shards before each update;
+  // before_update(step, grads) runs after backward, with the rank's flat gradient buffer (on
+  // the device, in the master type) before any reduction.
+  void set_gradient_probe(std::function<void(const std::vector<GradientShard>&)> probe);
+  void set_before_update(std::function<void(int step, void* grads, DataType dtype)> hook);
+
+  struct Core;  // the typed training state (trainer.cpp)
 
  private:
-  TrainConfig config_;
-  TedGroups* groups_;
-  int dp_size_ = 1, dp_rank_ = 0;
-  std::unique_ptr<TokenSource> source_;
-  model::GptModel<float> model_;
-  AdamW<float> optimizer_;
-  std::vector<std::int32_t> tokens_, targets_;
+  std::unique_ptr<Core> core_;
 };
 
 }  // namespace ted::train

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <string>
 
 namespace ted::cuda {
 namespace {
@@ -27,13 +28,23 @@ void launch_fill(void* data, std::size_t count, T value, cudaStream_t stream) {
   TED_CHECK_CUDA(cudaGetLastError());
 }
 
+// Memory is stream-ordered (cudaMallocAsync / cudaFreeAsync on the device's stream) from the
+// device's pool, which keeps freed blocks instead of returning them to the driver: a training
+// step frees and allocates the same sizes again, and neither call synchronises.
 class CudaDevice final : public Device {
  public:
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
     TED_CHECK_CUDA(cudaSetDevice(ordinal_));
     TED_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cudaMemPool_t pool = nullptr;
+    TED_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, ordinal_));
+    std::uint64_t keep = UINT64_MAX;
+    TED_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   }
-  ~CudaDevice() override { cudaStreamDestroy(stream_); }
+  ~CudaDevice() override {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override {
@@ -45,10 +56,36 @@ class CudaDevice final : public Device {
   void* allocate(std::size_t bytes) override {
     if (bytes == 0) return nullptr;
     void* pointer = nullptr;
-    TED_CHECK_CUDA(cudaMalloc(&pointer, bytes));
+    cudaError_t rc = cudaMallocAsync(&pointer, bytes, stream_);
+    if (rc != cudaSuccess) {
+      cudaGetLastError();
+      throw Error("GPU allocation of " + std::to_string(bytes) + " bytes failed on " + name() +
+                  ": " + cudaGetErrorString(rc));
+    }
     return pointer;
   }
-  void deallocate(void* pointer) override { cudaFree(pointer); }
+  void deallocate(void* pointer) override {
+    if (pointer) cudaFreeAsync(pointer, stream_);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (!bytes || dst == src) return;
+    TED_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t row_bytes, std::size_t rows) override {
+    if (!row_bytes || !rows) return;
+    TED_CHECK_CUDA(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                                     cudaMemcpyDeviceToDevice, stream_));
+  }
+  void* allocate_host(std::size_t bytes) override {
+    if (!bytes) return nullptr;
+    void* pointer = nullptr;
+    TED_CHECK_CUDA(cudaMallocHost(&pointer, bytes));
+    return pointer;
+  }
+  void deallocate_host(void* pointer) override {
+    if (pointer) cudaFreeHost(pointer);
+  }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
     if (!bytes) return;
     TED_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -111,7 +148,7 @@ std::unique_ptr<Device> make_cuda_device(int ordinal) {
 }
 
 cudaStream_t stream_of(Device& device) {
-  auto* cuda_device = dynamic_cast<CudaDevice*>(&device);
+  auto* cuda_device = dynamic_cast<CudaDevice*>(&device.base());
   TED_CHECK(cuda_device != nullptr, "stream_of needs a CUDA device, got " + device.name());
   return cuda_device->stream();
 }

@@ -1,6 +1,6 @@
 // What the CUDA kernel sources share: the context's innards, fp32 loads and stores of the
 // storage types (through the TED_HOST_DEVICE conversions of dtype.hpp, so the GPU rounds as
-// the CPU tests check), launch sizes and block reductions. Included only by .cu files.
+// the CPU backend does), launch sizes and block reductions. Included only by .cu files.
 #pragma once
 
 #include <cublas_v2.h>
@@ -11,7 +11,7 @@
 
 #include "ted/backend/cuda/cuda_check.hpp"
 #include "ted/core/dtype.hpp"
-#include "ted/kernels/cuda/ops.hpp"
+#include "ted/kernels/cuda/kernels.hpp"
 
 #define TED_CHECK_CUBLAS(stmt)                                                                    \
   do {                                                                                            \
@@ -33,29 +33,15 @@ inline cudaStream_t stream(Context& ctx) {
   return ctx.impl().stream;
 }
 
-// fp32 view of one stored element.
-__device__ __forceinline__ float load(float v) {
-  return v;
-}
-__device__ __forceinline__ float load(Half v) {
-  return f16_bits_to_float(v.bits);
-}
-__device__ __forceinline__ float load(BFloat16 v) {
-  return bf16_bits_to_float(v.bits);
+// fp32 view of one stored element, and an fp32 value rounded into storage: the shared
+// TED_HOST_DEVICE conversions of core/dtype.hpp, so the GPU rounds as the CPU backend does.
+template <typename T>
+__device__ __forceinline__ float load(T v) {
+  return widen(v);
 }
 template <typename T>
-__device__ __forceinline__ T store(float v);
-template <>
-__device__ __forceinline__ float store<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ Half store<Half>(float v) {
-  return Half{float_to_f16_bits(v)};
-}
-template <>
-__device__ __forceinline__ BFloat16 store<BFloat16>(float v) {
-  return BFloat16{float_to_bf16_bits(v)};
+__device__ __forceinline__ T store(float v) {
+  return narrow<T>(v);
 }
 
 constexpr int kThreads = 256;

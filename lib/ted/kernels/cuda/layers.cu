@@ -1,6 +1,8 @@
-// The dense layers on the GPU: conversions, bias, linear, LayerNorm, GeLU, causal attention,
-// cross-entropy and the embedding. The same shapes and conventions as kernels/cpu/layers.cpp.
+// The dense layers on the GPU: conversions, bias, initialisation, linear, LayerNorm, GeLU,
+// causal attention, cross-entropy and the embedding. The same shapes and conventions as
+// kernels/cpu/layers.cpp (backend/ops.hpp).
 #include <cmath>
+#include <type_traits>
 
 #include "ted/kernels/cuda/common.cuh"
 #include "ted/kernels/elementwise.hpp"
@@ -19,54 +21,51 @@ __global__ void add_kernel(const T* a, T* y, std::size_t count) {
   TED_GRID_STRIDE(i, count) y[i] = store<T>(load(y[i]) + load(a[i]));
 }
 
-__global__ void sum_kernel(const float* values, std::size_t count, double* total) {
-  __shared__ float shared[32];
-  float part = 0;
-  TED_GRID_STRIDE(i, count) part += values[i];
-  part = block_sum(part, shared);
-  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(part));
-}
-
-__global__ void init_normal_kernel(float* dst, std::size_t count, std::uint64_t seed,
-                                   std::uint64_t key, float std) {
+template <typename T>
+__global__ void init_normal_kernel(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
+                                   double std, model::SliceMap map) {
   TED_GRID_STRIDE(i, count)
-  dst[i] = std * static_cast<float>(random::normal(seed, random::kInit, key, i));
+  dst[i] = store<T>(static_cast<float>(
+      std * random::normal(seed, random::kInit, key, model::global_index(map, i))));
 }
 
 template <typename T>
-__global__ void add_bias_kernel(T* y, const float* bias, int rows, int width, int per) {
+__global__ void add_bias_kernel(T* y, const T* bias, int rows, int width, int per, int biases) {
   const std::size_t count = static_cast<std::size_t>(rows) * width;
   TED_GRID_STRIDE(i, count) {
     const std::size_t row = i / width, col = i % width;
-    y[i] = store<T>(load(y[i]) + bias[(row / per) * width + col]);
+    const std::size_t b = (row / per) % static_cast<std::size_t>(biases);
+    y[i] = store<T>(load(y[i]) + load(bias[b * width + col]));
   }
 }
 
 // Grid: x over column tiles, y over chunks of rows. Each thread sums its column over its
-// chunk and adds the partial to db (flushing when the chunk crosses into another bias block).
+// chunk and adds the partial to db (flushing when the chunk crosses into another block of
+// rows_per_bias rows; block b's bias is b mod biases).
 template <typename T>
-__global__ void bias_grad_kernel(const T* dy, float* db, int rows, int width, int per, int chunk) {
+__global__ void bias_grad_kernel(const T* dy, float* db, int rows, int width, int per, int biases,
+                                 int chunk) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= width) return;
   const int first = blockIdx.y * chunk;
   const int last = min(rows, first + chunk);
   if (first >= last) return;
-  int group = first / per;
+  int block = first / per;
   float part = 0;
   for (int r = first; r < last; ++r) {
-    if (r / per != group) {
-      atomicAdd(db + static_cast<std::size_t>(group) * width + col, part);
+    if (r / per != block) {
+      atomicAdd(db + static_cast<std::size_t>(block % biases) * width + col, part);
       part = 0;
-      group = r / per;
+      block = r / per;
     }
     part += load(dy[static_cast<std::size_t>(r) * width + col]);
   }
-  atomicAdd(db + static_cast<std::size_t>(group) * width + col, part);
+  atomicAdd(db + static_cast<std::size_t>(block % biases) * width + col, part);
 }
 
 // One block per row; two passes over the row in fp32.
 template <typename T>
-__global__ void layernorm_forward_kernel(const T* x, const float* gamma, const float* beta, T* y,
+__global__ void layernorm_forward_kernel(const T* x, const T* gamma, const T* beta, T* y,
                                          float* mean, float* rstd, int h) {
   __shared__ float shared[32];
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * h;
@@ -80,7 +79,7 @@ __global__ void layernorm_forward_kernel(const T* x, const float* gamma, const f
   }
   const float r = rsqrtf(block_sum(var, shared) / h + 1e-5f);
   for (int j = threadIdx.x; j < h; j += blockDim.x)
-    y[base + j] = store<T>((load(x[base + j]) - mu) * r * gamma[j] + beta[j]);
+    y[base + j] = store<T>((load(x[base + j]) - mu) * r * load(gamma[j]) + load(beta[j]));
   if (threadIdx.x == 0) {
     mean[blockIdx.x] = mu;
     rstd[blockIdx.x] = r;
@@ -88,7 +87,7 @@ __global__ void layernorm_forward_kernel(const T* x, const float* gamma, const f
 }
 
 template <typename T>
-__global__ void layernorm_backward_dx_kernel(const T* x, const float* gamma, const float* mean,
+__global__ void layernorm_backward_dx_kernel(const T* x, const T* gamma, const float* mean,
                                              const float* rstd, const T* dy, T* dx, int h) {
   __shared__ float shared[32];
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * h;
@@ -96,7 +95,7 @@ __global__ void layernorm_backward_dx_kernel(const T* x, const float* gamma, con
   float sum_g = 0, sum_gx = 0;
   for (int j = threadIdx.x; j < h; j += blockDim.x) {
     float xhat = (load(x[base + j]) - mu) * r;
-    float g = load(dy[base + j]) * gamma[j];
+    float g = load(dy[base + j]) * load(gamma[j]);
     sum_g += g;
     sum_gx += g * xhat;
   }
@@ -104,7 +103,7 @@ __global__ void layernorm_backward_dx_kernel(const T* x, const float* gamma, con
   sum_gx = block_sum(sum_gx, shared);
   for (int j = threadIdx.x; j < h; j += blockDim.x) {
     float xhat = (load(x[base + j]) - mu) * r;
-    float g = load(dy[base + j]) * gamma[j];
+    float g = load(dy[base + j]) * load(gamma[j]);
     dx[base + j] = store<T>(load(dx[base + j]) + r * (g - (sum_g + xhat * sum_gx) / h));
   }
 }
@@ -172,35 +171,58 @@ __global__ void softmax_backward_kernel(const T* probs, T* dp, int seq, float sc
     d[j] = store<T>(j <= i ? load(p[j]) * (load(d[j]) - dot) * scale : 0.0f);
 }
 
+// Row max and log-sum-exp of one row of logits, in fp32 (every thread gets both).
 template <typename T>
-__global__ void cross_entropy_kernel(const T* logits, const std::int32_t* targets, T* d_logits,
-                                     float* row_loss, int vocab, float factor) {
-  __shared__ float shared[32];
-  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * vocab;
+__device__ float row_log_sum(const T* row, int vocab, float* shared) {
   float max = -INFINITY;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, load(logits[base + j]));
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, load(row[j]));
   max = block_max(max, shared);
   float sum = 0;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(load(logits[base + j]) - max);
-  // Read before the block_sum's barriers: d_logits may alias logits.
-  const int target = targets[blockIdx.x];
-  const float target_logit = load(logits[base + target]);
-  const float log_sum = logf(block_sum(sum, shared)) + max;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float p = expf(load(logits[base + j]) - log_sum);
-    d_logits[base + j] = store<T>((p - (j == target ? 1.0f : 0.0f)) * factor);
-  }
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = log_sum - target_logit;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(load(row[j]) - max);
+  return logf(block_sum(sum, shared)) + max;
 }
 
 template <typename T>
-__global__ void embedding_forward_kernel(const std::int32_t* tokens, const float* tok,
-                                         const float* pos, T* x, int n, int seq, int h) {
+__global__ void cross_entropy_loss_kernel(const T* logits, const std::int32_t* targets,
+                                          float* row_loss, int vocab) {
+  __shared__ float shared[32];
+  const T* row = logits + static_cast<std::size_t>(blockIdx.x) * vocab;
+  const float log_sum = row_log_sum(row, vocab, shared);
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = log_sum - load(row[targets[blockIdx.x]]);
+}
+
+// The CPU's order: (p * factor, minus factor at the target) * scale, rounded once. In place
+// is fine: row_log_sum's barriers end every read of the row before the first write.
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const T* logits, const std::int32_t* targets,
+                                              T* d_logits, int vocab, float factor, float scale) {
+  __shared__ float shared[32];
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * vocab;
+  const float log_sum = row_log_sum(logits + base, vocab, shared);
+  const int target = targets[blockIdx.x];
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    float g = expf(load(logits[base + j]) - log_sum) * factor;
+    if (j == target) g -= factor;
+    d_logits[base + j] = store<T>(g * scale);
+  }
+}
+
+__global__ void sum_kernel(const float* values, std::size_t count, double* total) {
+  __shared__ float shared[32];
+  float part = 0;
+  TED_GRID_STRIDE(i, count) part += values[i];
+  part = block_sum(part, shared);
+  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(part));
+}
+
+template <typename T>
+__global__ void embedding_forward_kernel(const std::int32_t* tokens, const T* tok, const T* pos,
+                                         T* x, int n, int seq, int h) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
   TED_GRID_STRIDE(i, count) {
     const std::size_t row = i / h, col = i % h;
-    x[i] =
-        store<T>(tok[static_cast<std::size_t>(tokens[row]) * h + col] + pos[(row % seq) * h + col]);
+    x[i] = store<T>(load(tok[static_cast<std::size_t>(tokens[row]) * h + col]) +
+                    load(pos[(row % seq) * h + col]));
   }
 }
 
@@ -220,31 +242,17 @@ constexpr int kRowChunk = 256;  // rows per partial sum in the column reductions
 
 }  // namespace
 
-template <typename T>
-void from_float(Context& ctx, const float* src, T* dst, std::size_t count) {
+template <typename From, typename To>
+void convert(Context& ctx, const From* src, To* dst, std::size_t count) {
   if (!count) return;
-  convert_kernel<float, T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(src, dst, count);
-  check_launch();
-}
-
-template <typename T>
-void to_float(Context& ctx, const T* src, float* dst, std::size_t count) {
-  if (!count) return;
-  convert_kernel<T, float><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(src, dst, count);
-  check_launch();
-}
-
-template <typename T>
-void copy(Context& ctx, const T* src, T* dst, std::size_t count) {
-  if (!count) return;
-  TED_CHECK_CUDA(
-      cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToDevice, stream(ctx)));
-}
-
-template <typename T>
-void zero(Context& ctx, T* dst, std::size_t count) {
-  if (!count) return;
-  TED_CHECK_CUDA(cudaMemsetAsync(dst, 0, count * sizeof(T), stream(ctx)));
+  if constexpr (std::is_same_v<From, To>) {
+    if (src != dst)
+      TED_CHECK_CUDA(
+          cudaMemcpyAsync(dst, src, count * sizeof(To), cudaMemcpyDeviceToDevice, stream(ctx)));
+  } else {
+    convert_kernel<From, To><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(src, dst, count);
+    check_launch();
+  }
 }
 
 template <typename T>
@@ -254,47 +262,41 @@ void add(Context& ctx, const T* a, T* y, std::size_t count) {
   check_launch();
 }
 
-float sum(Context& ctx, const float* values, std::size_t count) {
-  Tensor<double> total = zeros<double>(ctx.device(), 1);
-  if (count) {
-    sum_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(values, count, total.data());
-    check_launch();
-  }
-  double host = 0;
-  ctx.device().copy_to_host(&host, total.data(), sizeof host);
-  return static_cast<float>(host);
-}
-
-void init_normal(Context& ctx, float* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
-                 float std) {
-  if (!count) return;
-  init_normal_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(dst, count, seed, key, std);
-  check_launch();
-}
-
 template <typename T>
-void add_bias(Context& ctx, T* y, const float* bias, int rows, int width, int rows_per_bias) {
+void add_bias(Context& ctx, T* y, const T* bias, int rows, int width, int rows_per_bias,
+              int biases) {
   const std::size_t count = static_cast<std::size_t>(rows) * width;
   if (!count) return;
-  add_bias_kernel<T>
-      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(y, bias, rows, width, rows_per_bias);
+  add_bias_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(y, bias, rows, width,
+                                                                      rows_per_bias, biases);
   check_launch();
 }
 
 template <typename T>
-void bias_grad(Context& ctx, const T* dy, float* db, int rows, int width, int rows_per_bias) {
+void bias_grad(Context& ctx, const T* dy, float* db, int rows, int width, int rows_per_bias,
+               int biases) {
   if (rows == 0 || width == 0) return;
   dim3 grid((width + 127) / 128, (rows + kRowChunk - 1) / kRowChunk);
-  bias_grad_kernel<T><<<grid, 128, 0, stream(ctx)>>>(dy, db, rows, width, rows_per_bias, kRowChunk);
+  bias_grad_kernel<T>
+      <<<grid, 128, 0, stream(ctx)>>>(dy, db, rows, width, rows_per_bias, biases, kRowChunk);
   check_launch();
 }
 
 template <typename T>
-void linear_forward(Context& ctx, const T* x, const T* w, const float* b, T* y, int n, int in,
+void init_normal(Context& ctx, T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
+                 double std, const model::SliceMap& map) {
+  if (!count) return;
+  init_normal_kernel<T>
+      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(dst, count, seed, key, std, map);
+  check_launch();
+}
+
+template <typename T>
+void linear_forward(Context& ctx, const T* x, const T* w, const T* b, T* y, int n, int in,
                     int out) {
   if (n == 0) return;
   gemm<T>(ctx, false, false, n, out, in, 1.0f, x, in, w, out, 0.0f, y, out);
-  if (b) add_bias<T>(ctx, y, b, n, out, n);
+  if (b) add_bias<T>(ctx, y, b, n, out, n, 1);
 }
 
 template <typename T>
@@ -303,19 +305,25 @@ void linear_backward(Context& ctx, const T* x, const T* w, const T* dy, T* dx, f
   if (n == 0) return;
   if (dx) gemm<T>(ctx, false, true, n, in, out, 1.0f, dy, out, w, out, 1.0f, dx, in);
   gemm_f32_out<T>(ctx, true, false, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, out);
-  if (db) bias_grad<T>(ctx, dy, db, n, out, n);
+  if (db) bias_grad<T>(ctx, dy, db, n, out, n, 1);
 }
 
 template <typename T>
-void layernorm_forward(Context& ctx, const T* x, const float* gamma, const float* beta, T* y,
-                       float* mean, float* rstd, int n, int h) {
+void gate_logits(Context& ctx, const T* x, const T* w, float* logits, int n, int in, int out) {
+  if (n == 0) return;
+  gemm_f32_out<T>(ctx, false, false, n, out, in, 1.0f, x, in, w, out, 0.0f, logits, out);
+}
+
+template <typename T>
+void layernorm_forward(Context& ctx, const T* x, const T* gamma, const T* beta, T* y, float* mean,
+                       float* rstd, int n, int h) {
   if (n == 0) return;
   layernorm_forward_kernel<T><<<n, kThreads, 0, stream(ctx)>>>(x, gamma, beta, y, mean, rstd, h);
   check_launch();
 }
 
 template <typename T>
-void layernorm_backward(Context& ctx, const T* x, const float* gamma, const float* mean,
+void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* mean,
                         const float* rstd, const T* dy, T* dx, float* dgamma, float* dbeta, int n,
                         int h) {
   if (n == 0) return;
@@ -370,10 +378,12 @@ void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, 
 
 template <typename T>
 void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_out, T* d_qkv,
-                        T* scratch, int batch, int seq, int heads, int h) {
+                        int batch, int seq, int heads, int h) {
+  if (batch == 0) return;
   const int d = h / heads, ld = 3 * h;
   const std::int64_t square = static_cast<std::int64_t>(seq) * seq;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  Tensor<T> scratch(ctx.device(), static_cast<std::size_t>(heads) * square);  // dP, then dS
   for (int b = 0; b < batch; ++b) {
     const T* q = qkv + static_cast<std::int64_t>(b) * seq * ld;
     const T* k = q + h;
@@ -386,31 +396,47 @@ void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_o
     // dV = P^T dO; dP = dO V^T
     gemm_batched<T>(ctx, true, false, seq, d, seq, 1.0f, p, seq, square, dout, h, d, 0.0f, dv, ld,
                     d, heads);
-    gemm_batched<T>(ctx, false, true, seq, seq, d, 1.0f, dout, h, d, v, ld, d, 0.0f, scratch, seq,
-                    square, heads);
-    softmax_backward_kernel<T>
-        <<<static_cast<unsigned>(heads * seq), kThreads, 0, stream(ctx)>>>(p, scratch, seq, scale);
+    gemm_batched<T>(ctx, false, true, seq, seq, d, 1.0f, dout, h, d, v, ld, d, 0.0f, scratch.data(),
+                    seq, square, heads);
+    softmax_backward_kernel<T><<<static_cast<unsigned>(heads * seq), kThreads, 0, stream(ctx)>>>(
+        p, scratch.data(), seq, scale);
     check_launch();
     // dQ = dS K; dK = dS^T Q
-    gemm_batched<T>(ctx, false, false, seq, d, seq, 1.0f, scratch, seq, square, k, ld, d, 0.0f, dq,
-                    ld, d, heads);
-    gemm_batched<T>(ctx, true, false, seq, d, seq, 1.0f, scratch, seq, square, q, ld, d, 0.0f, dk,
-                    ld, d, heads);
+    gemm_batched<T>(ctx, false, false, seq, d, seq, 1.0f, scratch.data(), seq, square, k, ld, d,
+                    0.0f, dq, ld, d, heads);
+    gemm_batched<T>(ctx, true, false, seq, d, seq, 1.0f, scratch.data(), seq, square, q, ld, d,
+                    0.0f, dk, ld, d, heads);
   }
 }
 
 template <typename T>
-void cross_entropy(Context& ctx, const T* logits, const std::int32_t* targets, T* d_logits,
-                   float* row_loss, int n, int vocab, float scale) {
+double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* targets, int n,
+                          int vocab) {
+  if (n == 0) return 0.0;
+  Tensor<float> row_loss(ctx.device(), static_cast<std::size_t>(n));
+  Tensor<double> total = zeros<double>(ctx.device(), 1);
+  cross_entropy_loss_kernel<T>
+      <<<n, kThreads, 0, stream(ctx)>>>(logits, targets, row_loss.data(), vocab);
+  check_launch();
+  sum_kernel<<<blocks_for(n), kThreads, 0, stream(ctx)>>>(row_loss.data(), n, total.data());
+  check_launch();
+  double host = 0;
+  ctx.device().copy_to_host(&host, total.data(), sizeof host);
+  return static_cast<double>(static_cast<float>(host / n));
+}
+
+template <typename T>
+void cross_entropy_backward(Context& ctx, const T* logits, const std::int32_t* targets, T* d_logits,
+                            int n, int vocab, float scale) {
   if (n == 0) return;
-  cross_entropy_kernel<T>
-      <<<n, kThreads, 0, stream(ctx)>>>(logits, targets, d_logits, row_loss, vocab, scale / n);
+  cross_entropy_backward_kernel<T><<<n, kThreads, 0, stream(ctx)>>>(
+      logits, targets, d_logits, vocab, 1.0f / static_cast<float>(n), scale);
   check_launch();
 }
 
 template <typename T>
-void embedding_forward(Context& ctx, const std::int32_t* tokens, const float* tok, const float* pos,
-                       T* x, int n, int seq, int h) {
+void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, const T* pos, T* x,
+                       int n, int seq, int h) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
   if (!count) return;
   embedding_forward_kernel<T>
@@ -428,31 +454,41 @@ void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, f
   check_launch();
 }
 
-#define TED_INSTANTIATE_LAYERS(T)                                                                 \
-  template void from_float<T>(Context&, const float*, T*, std::size_t);                           \
-  template void to_float<T>(Context&, const T*, float*, std::size_t);                             \
-  template void copy<T>(Context&, const T*, T*, std::size_t);                                     \
-  template void zero<T>(Context&, T*, std::size_t);                                               \
-  template void add<T>(Context&, const T*, T*, std::size_t);                                      \
-  template void add_bias<T>(Context&, T*, const float*, int, int, int);                           \
-  template void bias_grad<T>(Context&, const T*, float*, int, int, int);                          \
-  template void linear_forward<T>(Context&, const T*, const T*, const float*, T*, int, int, int); \
-  template void linear_backward<T>(Context&, const T*, const T*, const T*, T*, float*, float*,    \
-                                   int, int, int);                                                \
-  template void layernorm_forward<T>(Context&, const T*, const float*, const float*, T*, float*,  \
-                                     float*, int, int);                                           \
-  template void layernorm_backward<T>(Context&, const T*, const float*, const float*,             \
-                                      const float*, const T*, T*, float*, float*, int, int);      \
-  template void gelu_forward<T>(Context&, const T*, T*, std::size_t);                             \
-  template void gelu_backward<T>(Context&, const T*, const T*, T*, std::size_t);                  \
-  template void attention_forward<T>(Context&, const T*, T*, T*, int, int, int, int);             \
-  template void attention_backward<T>(Context&, const T*, const T*, const T*, T*, T*, int, int,   \
-                                      int, int);                                                  \
-  template void cross_entropy<T>(Context&, const T*, const std::int32_t*, T*, float*, int, int,   \
-                                 float);                                                          \
-  template void embedding_forward<T>(Context&, const std::int32_t*, const float*, const float*,   \
-                                     T*, int, int, int);                                          \
-  template void embedding_backward<T>(Context&, const std::int32_t*, const T*, float*, float*,    \
+#define TED_INSTANTIATE_CONVERT(A, B) \
+  template void convert<A, B>(Context&, const A*, B*, std::size_t);
+#define TED_INSTANTIATE_CONVERT_FROM(A) \
+  TED_INSTANTIATE_CONVERT(A, float)     \
+  TED_INSTANTIATE_CONVERT(A, Half)      \
+  TED_INSTANTIATE_CONVERT(A, BFloat16)
+TED_INSTANTIATE_CONVERT_FROM(float)
+TED_INSTANTIATE_CONVERT_FROM(Half)
+TED_INSTANTIATE_CONVERT_FROM(BFloat16)
+
+#define TED_INSTANTIATE_LAYERS(T)                                                                \
+  template void add<T>(Context&, const T*, T*, std::size_t);                                     \
+  template void add_bias<T>(Context&, T*, const T*, int, int, int, int);                         \
+  template void bias_grad<T>(Context&, const T*, float*, int, int, int, int);                    \
+  template void init_normal<T>(Context&, T*, std::size_t, std::uint64_t, std::uint64_t, double,  \
+                               const model::SliceMap&);                                          \
+  template void linear_forward<T>(Context&, const T*, const T*, const T*, T*, int, int, int);    \
+  template void linear_backward<T>(Context&, const T*, const T*, const T*, T*, float*, float*,   \
+                                   int, int, int);                                               \
+  template void gate_logits<T>(Context&, const T*, const T*, float*, int, int, int);             \
+  template void layernorm_forward<T>(Context&, const T*, const T*, const T*, T*, float*, float*, \
+                                     int, int);                                                  \
+  template void layernorm_backward<T>(Context&, const T*, const T*, const float*, const float*,  \
+                                      const T*, T*, float*, float*, int, int);                   \
+  template void gelu_forward<T>(Context&, const T*, T*, std::size_t);                            \
+  template void gelu_backward<T>(Context&, const T*, const T*, T*, std::size_t);                 \
+  template void attention_forward<T>(Context&, const T*, T*, T*, int, int, int, int);            \
+  template void attention_backward<T>(Context&, const T*, const T*, const T*, T*, int, int, int, \
+                                      int);                                                      \
+  template double cross_entropy_loss<T>(Context&, const T*, const std::int32_t*, int, int);      \
+  template void cross_entropy_backward<T>(Context&, const T*, const std::int32_t*, T*, int, int, \
+                                          float);                                                \
+  template void embedding_forward<T>(Context&, const std::int32_t*, const T*, const T*, T*, int, \
+                                     int, int);                                                  \
+  template void embedding_backward<T>(Context&, const std::int32_t*, const T*, float*, float*,   \
                                       int, int, int);
 TED_INSTANTIATE_LAYERS(float)
 TED_INSTANTIATE_LAYERS(Half)

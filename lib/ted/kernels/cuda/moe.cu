@@ -1,6 +1,7 @@
 // MoE on the GPU: gate softmax and top-k, capacity with positional or random (RTS) priority,
 // the aux loss, the token permutation (gathers and scatters by index, not one-hot matmuls) and
-// the experts as batched GEMMs. Semantics: model::route (gating.hpp), checked against it.
+// the experts as batched GEMMs. Semantics: model/gating.hpp, with kernels/cpu/gating.cpp as
+// the reference the tests hold it to.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cfloat>
@@ -228,6 +229,11 @@ __global__ void combine_backward_kernel(const T* expert_out, const T* dy,
   if (threadIdx.x == 0) d_weight[c] = dot;
 }
 
+__global__ void count_dropped_kernel(const std::int32_t* slot, int choices, std::int32_t* dropped) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < choices && slot[i] < 0) atomicAdd(dropped, 1);
+}
+
 unsigned token_blocks(int tokens) {
   return static_cast<unsigned>((tokens + kThreads - 1) / kThreads);
 }
@@ -237,10 +243,54 @@ void ensure(Context& ctx, Tensor<T>& tensor, std::size_t size) {
   if (tensor.size() != size) tensor = Tensor<T>(ctx.device(), size);
 }
 
+// The routing's workspace, carved out of one buffer: RTS keys (before and after the sort),
+// token indices (identity and priority order), expert loads, aux terms, CUB's temporaries.
+struct Workspace {
+  std::uint64_t *scores, *sorted_scores;
+  std::int32_t *identity, *order, *load;
+  float* aux_terms;
+  void* sort_temp;
+  std::size_t sort_bytes;
+};
+
+std::size_t aligned(std::size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+Workspace workspace(Context& ctx, DeviceBuffer& buffer, int tokens, int experts, bool rts) {
+  std::size_t sort_bytes = 0;
+  if (rts)
+    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(
+        nullptr, sort_bytes, static_cast<const std::uint64_t*>(nullptr),
+        static_cast<std::uint64_t*>(nullptr), static_cast<const std::int32_t*>(nullptr),
+        static_cast<std::int32_t*>(nullptr), tokens, 0, 64, stream(ctx)));
+  const std::size_t n = static_cast<std::size_t>(tokens), e = static_cast<std::size_t>(experts);
+  const std::size_t sizes[] = {8 * n, 8 * n, 4 * n, 4 * n, 4 * e, 4 * e, sort_bytes};
+  std::size_t total = 0;
+  for (std::size_t bytes : sizes) total += aligned(bytes);
+  if (buffer.bytes() < total) buffer = DeviceBuffer(ctx.device(), total);
+  char* at = static_cast<char*>(buffer.data());
+  auto take = [&](std::size_t bytes) {
+    void* p = at;
+    at += aligned(bytes);
+    return p;
+  };
+  Workspace w;
+  w.scores = static_cast<std::uint64_t*>(take(sizes[0]));
+  w.sorted_scores = static_cast<std::uint64_t*>(take(sizes[1]));
+  w.identity = static_cast<std::int32_t*>(take(sizes[2]));
+  w.order = static_cast<std::int32_t*>(take(sizes[3]));
+  w.load = static_cast<std::int32_t*>(take(sizes[4]));
+  w.aux_terms = static_cast<float*>(take(sizes[5]));
+  w.sort_temp = take(sort_bytes);
+  w.sort_bytes = sort_bytes;
+  return w;
+}
+
 }  // namespace
 
 void route(Context& ctx, const float* logits, int tokens, const model::GateConfig& config,
-           const model::RoutingKey& key, DeviceRouting& r) {
+           const model::RoutingKey& key, model::Routing<float>& r) {
   const int E = config.experts, K = config.top_k;
   const std::size_t choices = static_cast<std::size_t>(tokens) * K;
   r.tokens = tokens;
@@ -253,7 +303,6 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
   ensure(ctx, r.weight, choices);
   ensure(ctx, r.first_count, E);
   ensure(ctx, r.aux, 1);
-  ensure(ctx, r.order, tokens);
   cudaStream_t s = stream(ctx);
   TED_CHECK_CUDA(cudaMemsetAsync(r.first_count.data(), 0, E * sizeof(std::int32_t), s));
   if (tokens == 0) {
@@ -261,59 +310,48 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
     TED_CHECK_CUDA(cudaMemsetAsync(r.aux.data(), 0, sizeof(float), s));
     return;
   }
+  Workspace w = workspace(ctx, r.workspace, tokens, E, config.random_token_selection);
   gate_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(
       logits, tokens, E, K, config, key, r.probs.data(), r.expert.data(), r.slot.data(),
       r.gate_value.data(), r.first_count.data());
   check_launch();
 
   if (config.random_token_selection) {  // stable sort by descending random score
-    ensure(ctx, r.scores, tokens);
-    ensure(ctx, r.sorted_scores, tokens);
-    ensure(ctx, r.identity, tokens);
-    priority_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(tokens, key, r.scores.data(),
-                                                              r.identity.data());
+    priority_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(tokens, key, w.scores, w.identity);
     check_launch();
-    std::size_t temp_bytes = 0;
+    std::size_t temp_bytes = w.sort_bytes;
     TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(
-        nullptr, temp_bytes, r.scores.data(), r.sorted_scores.data(), r.identity.data(),
-        r.order.data(), tokens, 0, 64, s));
-    if (r.sort_temp.bytes() < temp_bytes) r.sort_temp = DeviceBuffer(ctx.device(), temp_bytes);
-    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(
-        r.sort_temp.data(), temp_bytes, r.scores.data(), r.sorted_scores.data(), r.identity.data(),
-        r.order.data(), tokens, 0, 64, s));
+        w.sort_temp, temp_bytes, w.scores, w.sorted_scores, w.identity, w.order, tokens, 0, 64, s));
   } else {
-    iota_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(r.order.data(), tokens);
+    iota_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(w.order, tokens);
     check_launch();
   }
 
-  if (config.dropless) {  // capacity = the largest load, read back
-    ensure(ctx, r.load, E);
-    TED_CHECK_CUDA(cudaMemsetAsync(r.load.data(), 0, E * sizeof(std::int32_t), s));
+  if (config.dropless) {  // capacity = the largest load, read back: the one allowed wait
+    TED_CHECK_CUDA(cudaMemsetAsync(w.load, 0, E * sizeof(std::int32_t), s));
     load_kernel<<<blocks_for(choices), kThreads, 0, s>>>(r.expert.data(), static_cast<int>(choices),
-                                                         r.load.data());
+                                                         w.load);
     check_launch();
     std::vector<std::int32_t> host(E);
-    ctx.device().copy_to_host(host.data(), r.load.data(), E * sizeof(std::int32_t));
+    ctx.device().copy_to_host(host.data(), w.load, E * sizeof(std::int32_t));
     r.capacity = 0;
     for (int v : host) r.capacity = std::max(r.capacity, v);
   } else {
     r.capacity = model::expert_capacity(config, tokens);
   }
-  slot_kernel<<<E, 32, 0, s>>>(r.expert.data(), r.order.data(), tokens, K, r.capacity,
-                               r.slot.data());
+  slot_kernel<<<E, 32, 0, s>>>(r.expert.data(), w.order, tokens, K, r.capacity, r.slot.data());
   check_launch();
   weight_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(r.slot.data(), r.gate_value.data(),
                                                           tokens, K, r.weight.data());
   check_launch();
-  ensure(ctx, r.aux_terms, E);
-  aux_kernel<<<1, kThreads, 0, s>>>(r.probs.data(), r.first_count.data(), tokens, E,
-                                    r.aux_terms.data(), r.aux.data());
+  aux_kernel<<<1, kThreads, 0, s>>>(r.probs.data(), r.first_count.data(), tokens, E, w.aux_terms,
+                                    r.aux.data());
   check_launch();
 }
 
 template <typename T>
-void route_backward(Context& ctx, const DeviceRouting& r, const float* d_weight, float aux_scale,
-                    T* d_logits) {
+void route_backward(Context& ctx, const model::Routing<float>& r, const float* d_weight,
+                    float aux_scale, T* d_logits) {
   if (r.tokens == 0) return;
   route_backward_kernel<T><<<token_blocks(r.tokens), kThreads, 0, stream(ctx)>>>(
       r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(), r.first_count.data(),
@@ -321,115 +359,144 @@ void route_backward(Context& ctx, const DeviceRouting& r, const float* d_weight,
   check_launch();
 }
 
-int dropped(Context& ctx, const DeviceRouting& r) {
-  std::vector<std::int32_t> host(r.slot.size());
-  ctx.device().copy_to_host(host.data(), r.slot.data(), host.size() * sizeof(std::int32_t));
-  int count = 0;
-  for (int v : host) count += v < 0;
-  return count;
-}
-
-float aux(Context& ctx, const DeviceRouting& r) {
-  float host = 0;
-  ctx.device().copy_to_host(&host, r.aux.data(), sizeof host);
-  return host;
+model::RoutingStats routing_stats(Context& ctx, const model::Routing<float>& r) {
+  model::RoutingStats stats;
+  const int choices = r.tokens * r.top_k;
+  if (choices == 0) return stats;
+  Tensor<std::int32_t> dropped = zeros<std::int32_t>(ctx.device(), 1);
+  count_dropped_kernel<<<token_blocks(choices), kThreads, 0, stream(ctx)>>>(r.slot.data(), choices,
+                                                                            dropped.data());
+  check_launch();
+  float aux = 0;
+  std::int32_t count = 0;
+  ctx.device().copy_to_host(&aux, r.aux.data(), sizeof aux);
+  ctx.device().copy_to_host(&count, dropped.data(), sizeof count);
+  stats.aux = aux;
+  stats.dropped = count;
+  return stats;
 }
 
 template <typename T>
-void dispatch(Context& ctx, const T* x, const DeviceRouting& r, T* buffer, int h) {
-  const std::size_t full = static_cast<std::size_t>(r.experts) * r.capacity * h;
+void dispatch(Context& ctx, const T* x, const model::Routing<float>& r, T* buffer, int h,
+              int capacity) {
+  const std::size_t full = static_cast<std::size_t>(r.experts) * capacity * h;
   if (!full) return;
   TED_CHECK_CUDA(cudaMemsetAsync(buffer, 0, full * sizeof(T), stream(ctx)));
   const std::size_t count = static_cast<std::size_t>(r.tokens) * r.top_k * h;
   if (!count) return;
   dispatch_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(
-      x, r.expert.data(), r.slot.data(), r.tokens * r.top_k, r.top_k, r.capacity, h, buffer);
+      x, r.expert.data(), r.slot.data(), r.tokens * r.top_k, r.top_k, capacity, h, buffer);
   check_launch();
 }
 
 template <typename T>
-void dispatch_backward(Context& ctx, const T* d_buffer, const DeviceRouting& r, T* dx, int h) {
+void dispatch_backward(Context& ctx, const T* d_buffer, const model::Routing<float>& r, T* dx,
+                       int h, int capacity) {
   const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
   if (!count) return;
   gather_kernel<T, false><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(
-      d_buffer, r.expert.data(), r.slot.data(), nullptr, r.tokens, r.top_k, r.capacity, h, dx);
+      d_buffer, r.expert.data(), r.slot.data(), nullptr, r.tokens, r.top_k, capacity, h, dx);
   check_launch();
 }
 
 template <typename T>
-void combine(Context& ctx, const T* expert_out, const DeviceRouting& r, T* y, int h) {
+void combine(Context& ctx, const T* expert_out, const model::Routing<float>& r, T* y, int h,
+             int capacity) {
   const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
   if (!count) return;
   gather_kernel<T, true><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(
-      expert_out, r.expert.data(), r.slot.data(), r.weight.data(), r.tokens, r.top_k, r.capacity, h,
+      expert_out, r.expert.data(), r.slot.data(), r.weight.data(), r.tokens, r.top_k, capacity, h,
       y);
   check_launch();
 }
 
 template <typename T>
-void combine_backward(Context& ctx, const T* expert_out, const T* dy, const DeviceRouting& r,
-                      T* d_expert_out, float* d_weight, int h) {
-  const std::size_t full = static_cast<std::size_t>(r.experts) * r.capacity * h;
+void combine_backward(Context& ctx, const T* expert_out, const T* dy,
+                      const model::Routing<float>& r, T* d_expert_out, float* d_weight, int h,
+                      int capacity) {
+  const std::size_t full = static_cast<std::size_t>(r.experts) * capacity * h;
   if (full) TED_CHECK_CUDA(cudaMemsetAsync(d_expert_out, 0, full * sizeof(T), stream(ctx)));
   const int choices = r.tokens * r.top_k;
   if (!choices) return;
   combine_backward_kernel<T><<<choices, kThreads, 0, stream(ctx)>>>(
-      expert_out, dy, r.expert.data(), r.slot.data(), r.weight.data(), r.top_k, r.capacity, h,
+      expert_out, dy, r.expert.data(), r.slot.data(), r.weight.data(), r.top_k, capacity, h,
       d_expert_out, d_weight);
   check_launch();
 }
 
+// Per source s, the experts' blocks [experts, rows, .] are one strided batch of GEMMs.
 template <typename T>
-void expert_ffn_forward(Context& ctx, const T* in, const T* w1, const float* b1, const T* w2,
-                        const float* b2, T* hidden, T* act, T* out, int E, int C, int h, int f) {
-  if (E == 0 || C == 0) return;
-  const std::int64_t in_stride = static_cast<std::int64_t>(C) * h;
-  const std::int64_t mid_stride = static_cast<std::int64_t>(C) * f;
+void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const T* w2, T* hidden,
+                     T* act, T* out, int sources, int experts, int rows, int h, int f) {
+  if (sources == 0 || experts == 0 || rows == 0) return;
+  const std::int64_t in_stride = static_cast<std::int64_t>(rows) * h;
+  const std::int64_t mid_stride = static_cast<std::int64_t>(rows) * f;
   const std::int64_t w_stride = static_cast<std::int64_t>(h) * f;
-  gemm_batched<T>(ctx, false, false, C, f, h, 1.0f, in, h, in_stride, w1, f, w_stride, 0.0f, hidden,
-                  f, mid_stride, E);
-  add_bias<T>(ctx, hidden, b1, E * C, f, C);
-  gelu_forward<T>(ctx, hidden, act, static_cast<std::size_t>(E) * mid_stride);
-  gemm_batched<T>(ctx, false, false, C, h, f, 1.0f, act, f, mid_stride, w2, h, w_stride, 0.0f, out,
-                  h, in_stride, E);
-  add_bias<T>(ctx, out, b2, E * C, h, C);
+  const int blocks = sources * experts;
+  for (int s = 0; s < sources; ++s) {
+    const std::int64_t first = static_cast<std::int64_t>(s) * experts;
+    gemm_batched<T>(ctx, false, false, rows, f, h, 1.0f, in + first * in_stride, h, in_stride, w1,
+                    f, w_stride, 0.0f, hidden + first * mid_stride, f, mid_stride, experts);
+  }
+  add_bias<T>(ctx, hidden, b1, blocks * rows, f, rows, experts);
+  gelu_forward<T>(ctx, hidden, act, static_cast<std::size_t>(blocks) * mid_stride);
+  for (int s = 0; s < sources; ++s) {
+    const std::int64_t first = static_cast<std::int64_t>(s) * experts;
+    gemm_batched<T>(ctx, false, false, rows, h, f, 1.0f, act + first * mid_stride, f, mid_stride,
+                    w2, h, w_stride, 0.0f, out + first * in_stride, h, in_stride, experts);
+  }
 }
 
 template <typename T>
-void expert_ffn_backward(Context& ctx, const T* in, const T* w1, const T* w2, const T* hidden,
-                         const T* act, const T* d_out, T* d_in, T* d_act, float* dw1, float* db1,
-                         float* dw2, float* db2, int E, int C, int h, int f) {
-  if (E == 0 || C == 0) return;
-  const std::int64_t in_stride = static_cast<std::int64_t>(C) * h;
-  const std::int64_t mid_stride = static_cast<std::int64_t>(C) * f;
+void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const T* hidden,
+                      const T* act, const T* d_out, T* d_in, float* dw1, float* db1, float* dw2,
+                      float* db2, int sources, int experts, int rows, int h, int f) {
+  if (sources == 0 || experts == 0 || rows == 0) return;
+  const std::int64_t in_stride = static_cast<std::int64_t>(rows) * h;
+  const std::int64_t mid_stride = static_cast<std::int64_t>(rows) * f;
   const std::int64_t w_stride = static_cast<std::int64_t>(h) * f;
-  // Second layer: dW2 += act^T dOut, db2 += sums, dAct = dOut W2^T.
-  gemm_batched_f32_out<T>(ctx, true, false, f, h, C, 1.0f, act, f, mid_stride, d_out, h, in_stride,
-                          1.0f, dw2, h, w_stride, E);
-  bias_grad<T>(ctx, d_out, db2, E * C, h, C);
-  gemm_batched<T>(ctx, false, true, C, f, h, 1.0f, d_out, h, in_stride, w2, h, w_stride, 0.0f,
-                  d_act, f, mid_stride, E);
-  gelu_backward<T>(ctx, hidden, d_act, d_act, static_cast<std::size_t>(E) * mid_stride);
+  const int blocks = sources * experts;
+  Tensor<T> d_act(ctx.device(), static_cast<std::size_t>(blocks) * mid_stride);
+  // Second layer: dW2 += act^T dOut (every source adds into the same experts), db2 += sums,
+  // dAct = dOut W2^T.
+  for (int s = 0; s < sources; ++s) {
+    const std::int64_t first = static_cast<std::int64_t>(s) * experts;
+    gemm_batched_f32_out<T>(ctx, true, false, f, h, rows, 1.0f, act + first * mid_stride, f,
+                            mid_stride, d_out + first * in_stride, h, in_stride, 1.0f, dw2, h,
+                            w_stride, experts);
+    gemm_batched<T>(ctx, false, true, rows, f, h, 1.0f, d_out + first * in_stride, h, in_stride, w2,
+                    h, w_stride, 0.0f, d_act.data() + first * mid_stride, f, mid_stride, experts);
+  }
+  bias_grad<T>(ctx, d_out, db2, blocks * rows, h, rows, experts);
+  gelu_backward<T>(ctx, hidden, d_act.data(), d_act.data(),
+                   static_cast<std::size_t>(blocks) * mid_stride);
   // First layer: dW1 += in^T dHidden, db1 += sums, dIn = dHidden W1^T.
-  gemm_batched_f32_out<T>(ctx, true, false, h, f, C, 1.0f, in, h, in_stride, d_act, f, mid_stride,
-                          1.0f, dw1, f, w_stride, E);
-  bias_grad<T>(ctx, d_act, db1, E * C, f, C);
-  gemm_batched<T>(ctx, false, true, C, h, f, 1.0f, d_act, f, mid_stride, w1, f, w_stride, 0.0f,
-                  d_in, h, in_stride, E);
+  for (int s = 0; s < sources; ++s) {
+    const std::int64_t first = static_cast<std::int64_t>(s) * experts;
+    gemm_batched_f32_out<T>(ctx, true, false, h, f, rows, 1.0f, in + first * in_stride, h,
+                            in_stride, d_act.data() + first * mid_stride, f, mid_stride, 1.0f, dw1,
+                            f, w_stride, experts);
+    gemm_batched<T>(ctx, false, true, rows, h, f, 1.0f, d_act.data() + first * mid_stride, f,
+                    mid_stride, w1, f, w_stride, 0.0f, d_in + first * in_stride, h, in_stride,
+                    experts);
+  }
+  bias_grad<T>(ctx, d_act.data(), db1, blocks * rows, f, rows, experts);
 }
 
-#define TED_INSTANTIATE_MOE(T)                                                                     \
-  template void route_backward<T>(Context&, const DeviceRouting&, const float*, float, T*);        \
-  template void dispatch<T>(Context&, const T*, const DeviceRouting&, T*, int);                    \
-  template void dispatch_backward<T>(Context&, const T*, const DeviceRouting&, T*, int);           \
-  template void combine<T>(Context&, const T*, const DeviceRouting&, T*, int);                     \
-  template void combine_backward<T>(Context&, const T*, const T*, const DeviceRouting&, T*,        \
-                                    float*, int);                                                  \
-  template void expert_ffn_forward<T>(Context&, const T*, const T*, const float*, const T*,        \
-                                      const float*, T*, T*, T*, int, int, int, int);               \
-  template void expert_ffn_backward<T>(Context&, const T*, const T*, const T*, const T*, const T*, \
-                                       const T*, T*, T*, float*, float*, float*, float*, int, int, \
-                                       int, int);
+#define TED_INSTANTIATE_MOE(T)                                                                   \
+  template void route_backward<T>(Context&, const model::Routing<float>&, const float*, float,   \
+                                  T*);                                                           \
+  template void dispatch<T>(Context&, const T*, const model::Routing<float>&, T*, int, int);     \
+  template void dispatch_backward<T>(Context&, const T*, const model::Routing<float>&, T*, int,  \
+                                     int);                                                       \
+  template void combine<T>(Context&, const T*, const model::Routing<float>&, T*, int, int);      \
+  template void combine_backward<T>(Context&, const T*, const T*, const model::Routing<float>&,  \
+                                    T*, float*, int, int);                                       \
+  template void experts_forward<T>(Context&, const T*, const T*, const T*, const T*, T*, T*, T*, \
+                                   int, int, int, int, int);                                     \
+  template void experts_backward<T>(Context&, const T*, const T*, const T*, const T*, const T*,  \
+                                    const T*, T*, float*, float*, float*, float*, int, int, int, \
+                                    int, int);
 TED_INSTANTIATE_MOE(float)
 TED_INSTANTIATE_MOE(Half)
 TED_INSTANTIATE_MOE(BFloat16)

@@ -1,36 +1,43 @@
-// The fused AdamW step on fp32 master weights (one pass: unscale and clip the gradient,
-// update m, v and the master, write the 16-bit copy the GEMMs read), the gradient norm and
-// the fp16 overflow check that dynamic loss scaling needs.
+// The optimizer's kernels: AdamW on fp32 masters (the per-element update of kernels/adamw.hpp,
+// which the CPU backend runs too), the unscaled and clipped gradient tile, sums of squares over
+// ranges of a buffer (the gradient norm, the fingerprint) and the fp16 overflow check.
 #include "ted/kernels/adamw.hpp"
 #include "ted/kernels/cuda/common.cuh"
 
 namespace ted::kernels::cuda {
 namespace {
 
-template <typename T>
-__global__ void adamw_kernel(float* master, const float* grad, float* m, float* v, T* copy,
-                             std::size_t count, AdamHyper<float> hyper, float grad_scale) {
+__global__ void adamw_kernel(float* value, float* m, float* v, const float* g, std::size_t count,
+                             AdamHyper<float> hyper) {
   TED_GRID_STRIDE(i, count) {
-    float value = master[i], mi = m[i], vi = v[i];
-    adamw_update(value, mi, vi, grad[i] * grad_scale, hyper);
-    master[i] = value;
+    float x = value[i], mi = m[i], vi = v[i];
+    adamw_update(x, mi, vi, g[i], hyper);
+    value[i] = x;
     m[i] = mi;
     v[i] = vi;
-    if (copy) copy[i] = store<T>(value);
   }
 }
 
-__global__ void squared_norm_kernel(const float* values, std::size_t count, double* total) {
+__global__ void scale_copy_kernel(const float* g, float* out, std::size_t count, float scale) {
+  TED_GRID_STRIDE(i, count) out[i] = g[i] * scale;
+}
+
+template <typename T>
+__global__ void sum_squares_kernel(const T* values, std::size_t count, double* total) {
   __shared__ float shared[32];
   float part = 0;
-  TED_GRID_STRIDE(i, count) part += values[i] * values[i];
+  TED_GRID_STRIDE(i, count) {
+    const float x = load(values[i]);
+    part += x * x;
+  }
   part = block_sum(part, shared);
   if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(part));
 }
 
-__global__ void non_finite_kernel(const float* values, std::size_t count, int* found) {
+template <typename T>
+__global__ void non_finite_kernel(const T* values, std::size_t count, int* found) {
   TED_GRID_STRIDE(i, count) {
-    if (!isfinite(values[i])) {
+    if (!isfinite(load(values[i]))) {
       *found = 1;
       return;
     }
@@ -39,45 +46,52 @@ __global__ void non_finite_kernel(const float* values, std::size_t count, int* f
 
 }  // namespace
 
-template <typename T>
-void adamw(Context& ctx, float* master, const float* grad, float* m, float* v, T* copy,
-           std::size_t count, const AdamStep& s, bool decay) {
+void scale_copy(Context& ctx, const float* g, float* out, std::size_t count, float scale) {
   if (!count) return;
-  AdamHyper<float> hyper{s.lr,          s.beta1,      s.beta2, s.eps, decay ? s.weight_decay : 0.0f,
-                         s.correction1, s.correction2};
-  adamw_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(master, grad, m, v, copy, count,
-                                                                   hyper, s.grad_scale);
+  scale_copy_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(g, out, count, scale);
   check_launch();
 }
 
-double squared_norm(Context& ctx, const float* values, std::size_t count) {
+void adamw(Context& ctx, float* value, float* m, float* v, const float* g, std::size_t count,
+           const AdamHyper<float>& hyper) {
+  if (!count) return;
+  adamw_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(value, m, v, g, count, hyper);
+  check_launch();
+}
+
+template <typename T>
+double sum_squares(Context& ctx, const T* data, const IndexRange* ranges, std::size_t range_count,
+                   double initial) {
+  if (range_count == 0) return initial;
   Tensor<double> total = zeros<double>(ctx.device(), 1);
-  if (count) {
-    squared_norm_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(values, count,
-                                                                         total.data());
+  for (std::size_t r = 0; r < range_count; ++r) {
+    const std::size_t count = ranges[r].end - ranges[r].begin;
+    if (!count) continue;
+    sum_squares_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(data + ranges[r].begin,
+                                                                           count, total.data());
     check_launch();
   }
   double host = 0;
   ctx.device().copy_to_host(&host, total.data(), sizeof host);
-  return host;
+  return initial + host;
 }
 
-bool has_non_finite(Context& ctx, const float* values, std::size_t count) {
+template <typename T>
+bool has_non_finite(Context& ctx, const T* data, std::size_t count) {
+  if (!count) return false;
   Tensor<std::int32_t> found = zeros<std::int32_t>(ctx.device(), 1);
-  if (count) {
-    non_finite_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(values, count, found.data());
-    check_launch();
-  }
+  non_finite_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(data, count, found.data());
+  check_launch();
   std::int32_t host = 0;
   ctx.device().copy_to_host(&host, found.data(), sizeof host);
   return host != 0;
 }
 
-template void adamw<float>(Context&, float*, const float*, float*, float*, float*, std::size_t,
-                           const AdamStep&, bool);
-template void adamw<Half>(Context&, float*, const float*, float*, float*, Half*, std::size_t,
-                          const AdamStep&, bool);
-template void adamw<BFloat16>(Context&, float*, const float*, float*, float*, BFloat16*,
-                              std::size_t, const AdamStep&, bool);
+#define TED_INSTANTIATE_REDUCTIONS(T)                                                         \
+  template double sum_squares<T>(Context&, const T*, const IndexRange*, std::size_t, double); \
+  template bool has_non_finite<T>(Context&, const T*, std::size_t);
+TED_INSTANTIATE_REDUCTIONS(float)
+TED_INSTANTIATE_REDUCTIONS(Half)
+TED_INSTANTIATE_REDUCTIONS(BFloat16)
 
 }  // namespace ted::kernels::cuda

@@ -1,7 +1,7 @@
-// Helpers of the GPU tests: the one device and kernel context (made by cuda_catch_main.cpp),
-// upload/download through fp32, host rounding of inputs to the storage type (so the CPU
-// reference sees exactly what the GPU sees), and the score: normalised max error
-// max|got - want| / max|want|, held to a tolerance per storage type.
+// Helpers of the per-backend tests: the device under test and its kernel tables (made by
+// backend_main.cpp from --device), upload/download through host floats, rounding of inputs to
+// the storage type (so the CPU fp32 reference sees exactly what the backend sees), and the
+// score: normalised max error max|got - want| / max|want|, held to a tolerance per storage type.
 #pragma once
 
 #include <algorithm>
@@ -11,28 +11,29 @@
 #include <type_traits>
 #include <vector>
 
+#include "ted/backend/ops.hpp"
 #include "ted/backend/tensor.hpp"
 #include "ted/core/dtype.hpp"
-#include "ted/kernels/cuda/ops.hpp"
 
 namespace ted::test {
 
-namespace kc = ted::kernels::cuda;
-
-kc::Context& gpu();  // defined in cuda_catch_main.cpp
-
+Device& device();  // the device under test
 template <typename T>
-double tolerance() {  // the dtype-appropriate tolerances
+Ops<T>& ops();  // its kernel table for storage type T (float, Half, BFloat16)
+
+// fp32 is the same arithmetic as the reference on the CPU and cuBLAS's order on a GPU; 16-bit
+// outputs carry one rounding to 11 (fp16) or 8 (bf16) significant bits, and more where a
+// rounded intermediate feeds the next step.
+template <typename T>
+double tolerance() {
   if constexpr (std::is_same_v<T, float>) return 1e-5;
   if constexpr (std::is_same_v<T, Half>) return 4e-3;
-  return 2e-2;  // bf16: 8 bits of mantissa, several roundings on the way
+  return 2e-2;
 }
 
 template <typename T>
 float round_to(float value) {
-  if constexpr (std::is_same_v<T, Half>) return f16_bits_to_float(float_to_f16_bits(value));
-  if constexpr (std::is_same_v<T, BFloat16>) return bf16_bits_to_float(float_to_bf16_bits(value));
-  return value;
+  return static_cast<float>(widen(narrow<T>(value)));
 }
 
 template <typename T>
@@ -49,45 +50,38 @@ inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float
   return v;
 }
 
-inline Tensor<float> upload_f32(const std::vector<float>& host) {
-  Tensor<float> t(gpu().device(), host.size());
-  gpu().device().copy_from_host(t.data(), host.data(), host.size() * sizeof(float));
-  return t;
-}
-
+// Host floats, rounded to T on the host, into a new buffer on the device under test.
 template <typename T>
 Tensor<T> upload(const std::vector<float>& host) {
-  Tensor<float> f = upload_f32(host);
-  Tensor<T> t(gpu().device(), host.size());
-  kc::from_float<T>(gpu(), f.data(), t.data(), host.size());
-  gpu().synchronize();
+  std::vector<T> typed(host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) typed[i] = narrow<T>(host[i]);
+  Tensor<T> t(device(), host.size());
+  device().copy_from_host(t.data(), typed.data(), typed.size() * sizeof(T));
   return t;
-}
-
-inline std::vector<float> download_f32(const float* data, std::size_t n) {
-  std::vector<float> host(n);
-  gpu().device().copy_to_host(host.data(), data, n * sizeof(float));
-  return host;
 }
 
 template <typename T>
 std::vector<float> download(const T* data, std::size_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    return download_f32(data, n);
-  } else {
-    Tensor<float> f(gpu().device(), n);
-    kc::to_float<T>(gpu(), data, f.data(), n);
-    return download_f32(f.data(), n);
-  }
+  std::vector<T> typed(n);
+  device().copy_to_host(typed.data(), data, n * sizeof(T));
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(widen(typed[i]));
+  return host;
 }
 template <typename T>
 std::vector<float> download(const Tensor<T>& t) {
   return download<T>(t.data(), t.size());
 }
 
+inline Tensor<std::int32_t> upload_i32(const std::vector<std::int32_t>& host) {
+  Tensor<std::int32_t> t(device(), host.size());
+  device().copy_from_host(t.data(), host.data(), host.size() * sizeof(std::int32_t));
+  return t;
+}
+
 inline std::vector<std::int32_t> download_i32(const Tensor<std::int32_t>& t) {
   std::vector<std::int32_t> host(t.size());
-  gpu().device().copy_to_host(host.data(), t.data(), host.size() * sizeof(std::int32_t));
+  device().copy_to_host(host.data(), t.data(), host.size() * sizeof(std::int32_t));
   return host;
 }
 

@@ -1,0 +1,463 @@
+#include "ted/backend/cpu/cpu_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "ted/backend/tensor.hpp"
+#include "ted/core/error.hpp"
+#include "ted/kernels/cpu/gating.hpp"
+#include "ted/kernels/cpu/layers.hpp"
+#include "ted/model/random.hpp"
+
+namespace ted::cpu {
+namespace {
+
+namespace kc = ted::kernels::cpu;
+
+// A read-only view of n elements of T in the compute type C = master_t<T>: the buffer itself
+// when T is C, else a widened copy.
+template <typename T>
+class In {
+ public:
+  using C = master_t<T>;
+  In(const T* data, std::size_t n) {
+    if constexpr (std::is_same_v<T, C>) {
+      data_ = data;
+    } else if (data) {
+      copy_.resize(n);
+      for (std::size_t i = 0; i < n; ++i) copy_[i] = widen(data[i]);
+      data_ = copy_.data();
+    }
+  }
+  operator const C*() const { return data_; }
+
+ private:
+  const C* data_ = nullptr;
+  std::vector<C> copy_;
+};
+
+// A writable view in the compute type, rounded into the buffer when it goes out of scope (the
+// buffer itself when T is C). `load`: the kernel accumulates, so start from the buffer's values.
+template <typename T>
+class Out {
+ public:
+  using C = master_t<T>;
+  Out(T* data, std::size_t n, bool load) : target_(data), n_(n) {
+    if constexpr (std::is_same_v<T, C>) {
+      data_ = data;
+    } else if (data) {
+      copy_.assign(n, C(0));
+      if (load)
+        for (std::size_t i = 0; i < n; ++i) copy_[i] = widen(data[i]);
+      data_ = copy_.data();
+    }
+  }
+  ~Out() {
+    if constexpr (!std::is_same_v<T, C>)
+      if (target_)
+        for (std::size_t i = 0; i < n_; ++i) target_[i] = narrow<T>(copy_[i]);
+  }
+  Out(const Out&) = delete;
+  Out& operator=(const Out&) = delete;
+  operator C*() const { return data_; }
+
+ private:
+  T* target_;
+  std::size_t n_;
+  C* data_ = nullptr;
+  std::vector<C> copy_;
+};
+
+template <typename T>
+std::size_t count_of(int a, int b) {
+  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
+}
+
+// Element-wise conversion through double (exact for every pair the model converts: fp32 <->
+// fp64, and 16-bit <-> fp32, whose round trip through double is exact).
+template <typename S>
+double load_as(const S* src, std::size_t i) {
+  return static_cast<double>(widen(src[i]));
+}
+template <typename D>
+void store_as(D* dst, std::size_t i, double value) {
+  dst[i] = narrow<D>(static_cast<master_t<D>>(value));
+}
+
+template <typename S, typename D>
+void convert_typed(const void* src, void* dst, std::size_t count) {
+  const S* in = static_cast<const S*>(src);
+  D* out = static_cast<D*>(dst);
+  if constexpr (std::is_same_v<S, D>) {
+    if (in != out) std::copy(in, in + count, out);
+  } else {
+    for (std::size_t i = 0; i < count; ++i) store_as(out, i, load_as(in, i));
+  }
+}
+
+template <typename S>
+void convert_from(const void* src, void* dst, DataType dst_type, std::size_t count) {
+  switch (dst_type) {
+    case DataType::f32:
+      return convert_typed<S, float>(src, dst, count);
+    case DataType::f64:
+      return convert_typed<S, double>(src, dst, count);
+    case DataType::f16:
+      return convert_typed<S, Half>(src, dst, count);
+    case DataType::bf16:
+      return convert_typed<S, BFloat16>(src, dst, count);
+    default:
+      throw Error("convert: " + std::string(to_string(dst_type)) + " is not a floating type");
+  }
+}
+
+// Calls f with a typed pointer for a floating-point buffer.
+template <typename F>
+auto with_typed(const void* data, DataType dtype, F&& f) {
+  switch (dtype) {
+    case DataType::f32:
+      return f(static_cast<const float*>(data));
+    case DataType::f64:
+      return f(static_cast<const double*>(data));
+    case DataType::f16:
+      return f(static_cast<const Half*>(data));
+    case DataType::bf16:
+      return f(static_cast<const BFloat16*>(data));
+    default:
+      throw Error("reduction over " + std::string(to_string(dtype)) + ": not a floating type");
+  }
+}
+
+template <typename T>
+class CpuOps final : public Ops<T> {
+ public:
+  using M = master_t<T>;
+  using C = M;  // the compute type
+  explicit CpuOps(Device& device) : Ops<T>(device) {
+    TED_CHECK(device.kind() == DeviceKind::cpu, "CPU kernels on " + device.name());
+  }
+  std::string name() const override { return "cpu"; }
+
+  void add(const T* a, T* y, std::size_t count) override {
+    for (std::size_t i = 0; i < count; ++i) y[i] = narrow<T>(widen(y[i]) + widen(a[i]));
+  }
+
+  void add_bias(T* y, const T* bias, int rows, int width, int rows_per_bias,
+                int biases) override {
+    for (int r = 0; r < rows; ++r) {
+      const T* b = bias + static_cast<std::size_t>((r / rows_per_bias) % biases) * width;
+      T* row = y + static_cast<std::size_t>(r) * width;
+      for (int j = 0; j < width; ++j) row[j] = narrow<T>(widen(row[j]) + widen(b[j]));
+    }
+  }
+
+  void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
+               std::size_t count) override {
+    switch (src_type) {
+      case DataType::f32:
+        return convert_from<float>(src, dst, dst_type, count);
+      case DataType::f64:
+        return convert_from<double>(src, dst, dst_type, count);
+      case DataType::f16:
+        return convert_from<Half>(src, dst, dst_type, count);
+      case DataType::bf16:
+        return convert_from<BFloat16>(src, dst, dst_type, count);
+      default:
+        throw Error("convert: " + std::string(to_string(src_type)) + " is not a floating type");
+    }
+  }
+
+  void init_normal(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key, double std,
+                   const model::SliceMap& map) override {
+    for (std::size_t i = 0; i < count; ++i)
+      dst[i] = narrow<T>(static_cast<M>(
+          std * random::normal(seed, random::kInit, key, model::global_index(map, i))));
+  }
+
+  void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n,
+                         int seq, int h) override {
+    for (int i = 0; i < n; ++i) {
+      const T* t = tok + static_cast<std::int64_t>(tokens[i]) * h;
+      const T* p = pos + static_cast<std::int64_t>(i % seq) * h;
+      T* out = x + static_cast<std::int64_t>(i) * h;
+      for (int j = 0; j < h; ++j) out[j] = narrow<T>(widen(t[j]) + widen(p[j]));
+    }
+  }
+
+  void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n,
+                          int seq, int h) override {
+    for (int i = 0; i < n; ++i) {
+      const T* g = dx + static_cast<std::int64_t>(i) * h;
+      M* t = dtok + static_cast<std::int64_t>(tokens[i]) * h;
+      M* p = dpos + static_cast<std::int64_t>(i % seq) * h;
+      for (int j = 0; j < h; ++j) {
+        t[j] += widen(g[j]);
+        p[j] += widen(g[j]);
+      }
+    }
+  }
+
+  void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd, int n,
+                         int h) override {
+    In<T> xc(x, count_of<T>(n, h)), g(gamma, h), b(beta, h);
+    Out<T> yc(y, count_of<T>(n, h), false);
+    kc::layernorm_forward<C>(xc, g, b, yc, mean, rstd, n, h);
+  }
+
+  void layernorm_backward(const T* x, const T* gamma, const M* mean, const M* rstd, const T* dy,
+                          T* dx, M* dgamma, M* dbeta, int n, int h) override {
+    In<T> xc(x, count_of<T>(n, h)), g(gamma, h), dyc(dy, count_of<T>(n, h));
+    Out<T> dxc(dx, count_of<T>(n, h), true);
+    kc::layernorm_backward<C>(xc, g, mean, rstd, dyc, dxc, dgamma, dbeta, n, h);
+  }
+
+  void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in,
+                      int out) override {
+    In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out)), bc(b, out);
+    Out<T> yc(y, count_of<T>(n, out), false);
+    kc::linear_forward<C>(xc, wc, bc, yc, n, in, out);
+  }
+
+  void linear_backward(const T* x, const T* w, const T* dy, T* dx, M* dw, M* db, int n, int in,
+                       int out) override {
+    In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out)), dyc(dy, count_of<T>(n, out));
+    Out<T> dxc(dx, count_of<T>(n, in), true);
+    kc::linear_backward<C>(xc, wc, dyc, dxc, dw, db, n, in, out);
+  }
+
+  void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) override {
+    In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out));
+    kc::linear_forward<C>(xc, wc, nullptr, logits, n, in, out);
+  }
+
+  void gelu_forward(const T* x, T* y, std::size_t count) override {
+    In<T> xc(x, count);
+    Out<T> yc(y, count, false);
+    kc::gelu_forward<C>(xc, yc, static_cast<std::int64_t>(count));
+  }
+
+  void gelu_backward(const T* x, const T* dy, T* dx, std::size_t count) override {
+    In<T> xc(x, count), dyc(dy, count);
+    Out<T> dxc(dx, count, false);
+    kc::gelu_backward<C>(xc, dyc, dxc, static_cast<std::int64_t>(count));
+  }
+
+  void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
+                         int h) override {
+    const std::size_t rows = count_of<T>(batch, seq);
+    In<T> q(qkv, rows * 3 * h);
+    Out<T> o(out, rows * h, false), p(probs, rows * heads * seq, false);
+    kc::attention_forward<C>(q, o, p, batch, seq, heads, h);
+  }
+
+  void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
+                          int seq, int heads, int h) override {
+    const std::size_t rows = count_of<T>(batch, seq);
+    In<T> q(qkv, rows * 3 * h), p(probs, rows * heads * seq), d(d_out, rows * h);
+    Out<T> dq(d_qkv, rows * 3 * h, false);
+    kc::attention_backward<C>(q, p, d, dq, batch, seq, heads, h);
+  }
+
+  double cross_entropy_loss(const T* logits, const std::int32_t* targets, int n,
+                            int vocab) override {
+    In<T> l(logits, count_of<T>(n, vocab));
+    return static_cast<double>(kc::cross_entropy_loss<C>(l, targets, n, vocab));
+  }
+
+  void cross_entropy_backward(const T* logits, const std::int32_t* targets, T* d_logits, int n,
+                              int vocab, M scale) override {
+    In<T> l(logits, count_of<T>(n, vocab));  // copied first for 16-bit, so aliasing is fine
+    Out<T> d(d_logits, count_of<T>(n, vocab), false);
+    kc::cross_entropy_backward<C>(l, targets, d, n, vocab, scale);
+  }
+
+  void route(const M* logits, int tokens, const model::GateConfig& config,
+             const model::RoutingKey& key, model::Routing<M>& r) override {
+    Device& device = this->device();
+    const std::size_t choices = count_of<T>(tokens, config.top_k);
+    r.tokens = tokens;
+    r.experts = config.experts;
+    r.top_k = config.top_k;
+    r.probs = Tensor<M>(device, count_of<T>(tokens, config.experts));
+    r.expert = Tensor<std::int32_t>(device, choices);
+    r.slot = Tensor<std::int32_t>(device, choices);
+    r.gate_value = Tensor<M>(device, choices);
+    r.weight = Tensor<M>(device, choices);
+    r.first_count = Tensor<std::int32_t>(device, static_cast<std::size_t>(config.experts));
+    r.aux = Tensor<M>(device, 1);
+    r.capacity = kc::route<M>(logits, tokens, config, key,
+                              {r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(),
+                               r.weight.data(), r.first_count.data(), r.aux.data()});
+  }
+
+  void route_backward(const model::Routing<M>& r, const M* d_weight, M aux_scale,
+                      T* d_logits) override {
+    Out<T> d(d_logits, count_of<T>(r.tokens, r.experts), false);
+    kc::route_backward<M>({r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(),
+                           r.weight.data(), r.first_count.data(), r.aux.data()},
+                          r.tokens, r.experts, r.top_k, d_weight, aux_scale, d);
+  }
+
+  model::RoutingStats routing_stats(const model::Routing<M>& r) override {
+    model::RoutingStats stats;
+    stats.aux = static_cast<double>(r.aux.data()[0]);
+    const std::int32_t* slot = r.slot.data();
+    stats.dropped = static_cast<int>(std::count(slot, slot + r.slot.size(), -1));
+    return stats;
+  }
+
+  void dispatch(const T* x, const model::Routing<M>& r, T* buffer, int h, int capacity) override {
+    std::fill(buffer, buffer + static_cast<std::size_t>(r.experts) * capacity * h, narrow<T>(0));
+    for_each_kept(r, capacity, [&](int s, std::size_t, std::size_t row) {
+      std::copy(x + static_cast<std::size_t>(s) * h, x + static_cast<std::size_t>(s + 1) * h,
+                buffer + row * h);
+    });
+  }
+
+  void dispatch_backward(const T* d_buffer, const model::Routing<M>& r, T* dx, int h,
+                         int capacity) override {
+    for_each_kept(r, capacity, [&](int s, std::size_t, std::size_t row) {
+      const T* d = d_buffer + row * h;
+      T* out = dx + static_cast<std::size_t>(s) * h;
+      for (int j = 0; j < h; ++j) out[j] = narrow<T>(widen(out[j]) + widen(d[j]));
+    });
+  }
+
+  void combine(const T* expert_out, const model::Routing<M>& r, T* y, int h,
+               int capacity) override {
+    std::vector<C> row(static_cast<std::size_t>(h));
+    const M* weight = r.weight.data();
+    for (int s = 0; s < r.tokens; ++s) {
+      std::fill(row.begin(), row.end(), C(0));
+      for (int k = 0; k < r.top_k; ++k) {
+        const std::size_t index = static_cast<std::size_t>(s) * r.top_k + k;
+        const std::int32_t slot = r.slot.data()[index];
+        if (slot < 0) continue;
+        const T* out =
+            expert_out + (static_cast<std::size_t>(r.expert.data()[index]) * capacity + slot) * h;
+        for (int j = 0; j < h; ++j) row[j] += weight[index] * widen(out[j]);
+      }
+      T* dst = y + static_cast<std::size_t>(s) * h;
+      for (int j = 0; j < h; ++j) dst[j] = narrow<T>(row[j]);
+    }
+  }
+
+  void combine_backward(const T* expert_out, const T* dy, const model::Routing<M>& r,
+                        T* d_expert_out, M* d_weight, int h, int capacity) override {
+    std::fill(d_expert_out, d_expert_out + static_cast<std::size_t>(r.experts) * capacity * h,
+              narrow<T>(0));
+    std::fill(d_weight, d_weight + count_of<T>(r.tokens, r.top_k), M(0));
+    const M* weight = r.weight.data();
+    for_each_kept(r, capacity, [&](int s, std::size_t index, std::size_t row) {
+      const T* g = dy + static_cast<std::size_t>(s) * h;
+      const T* out = expert_out + row * h;
+      T* d = d_expert_out + row * h;
+      C dot = 0;
+      for (int j = 0; j < h; ++j) {
+        d[j] = narrow<T>(weight[index] * widen(g[j]));
+        dot += widen(g[j]) * widen(out[j]);
+      }
+      d_weight[index] = dot;
+    });
+  }
+
+  void experts_forward(const T* in, const T* w1, const T* b1, const T* w2, T* hidden, T* act,
+                       T* out, int sources, int experts, int rows, int h, int f) override {
+    const std::size_t blocks = count_of<T>(sources, experts);
+    const std::size_t R = static_cast<std::size_t>(rows);
+    In<T> x(in, blocks * R * h), w1c(w1, count_of<T>(experts, h) * f),
+        b1c(b1, count_of<T>(experts, f)), w2c(w2, count_of<T>(experts, f) * h);
+    Out<T> hid(hidden, blocks * R * f, false), a(act, blocks * R * f, false),
+        o(out, blocks * R * h, false);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const std::size_t le = b % static_cast<std::size_t>(experts);
+      kc::linear_forward<C>(x + b * R * h, w1c + le * h * f, b1c + le * f, hid + b * R * f, rows,
+                            h, f);
+      kc::gelu_forward<C>(hid + b * R * f, a + b * R * f, static_cast<std::int64_t>(R) * f);
+      kc::linear_forward<C>(a + b * R * f, w2c + le * f * h, nullptr, o + b * R * h, rows, f, h);
+    }
+  }
+
+  void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden, const T* act,
+                        const T* d_out, T* d_in, M* dw1, M* db1, M* dw2, M* db2, int sources,
+                        int experts, int rows, int h, int f) override {
+    const std::size_t blocks = count_of<T>(sources, experts);
+    const std::size_t R = static_cast<std::size_t>(rows);
+    In<T> x(in, blocks * R * h), w1c(w1, count_of<T>(experts, h) * f),
+        w2c(w2, count_of<T>(experts, f) * h), hid(hidden, blocks * R * f),
+        a(act, blocks * R * f), dout(d_out, blocks * R * h);
+    Out<T> dx(d_in, blocks * R * h, false);
+    std::fill(static_cast<C*>(dx), static_cast<C*>(dx) + blocks * R * h, C(0));
+    // The hidden layer's gradient, on the device (so the allocator sees it).
+    Tensor<C> d_hidden(this->device(), blocks * R * f);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const std::size_t le = b % static_cast<std::size_t>(experts);
+      C* dh = d_hidden.data() + b * R * f;
+      std::fill(dh, dh + R * f, C(0));
+      kc::linear_backward<C>(a + b * R * f, w2c + le * f * h, dout + b * R * h, dh,
+                             dw2 + le * f * h, db2 + le * h, rows, f, h);
+      kc::gelu_backward<C>(hid + b * R * f, dh, dh, static_cast<std::int64_t>(R) * f);
+      kc::linear_backward<C>(x + b * R * h, w1c + le * h * f, dh, dx + b * R * h,
+                             dw1 + le * h * f, db1 + le * f, rows, h, f);
+    }
+  }
+
+  void scale_copy(const M* g, M* out, std::size_t count, M scale) override {
+    for (std::size_t k = 0; k < count; ++k) out[k] = g[k] * scale;
+  }
+
+  void adamw(M* value, M* m, M* v, const M* g, std::size_t count,
+             const kernels::AdamHyper<M>& hyper) override {
+    for (std::size_t k = 0; k < count; ++k) kernels::adamw_update(value[k], m[k], v[k], g[k], hyper);
+  }
+
+  double sum_squares(const void* data, DataType dtype, std::span<const IndexRange> ranges,
+                     double initial) override {
+    return with_typed(data, dtype, [&](auto* typed) {
+      double sum = initial;
+      for (const auto& range : ranges)
+        for (std::size_t k = range.begin; k < range.end; ++k) {
+          const double value = static_cast<double>(widen(typed[k]));
+          sum += value * value;
+        }
+      return sum;
+    });
+  }
+
+  bool has_non_finite(const void* data, DataType dtype, std::size_t count) override {
+    return with_typed(data, dtype, [&](auto* typed) {
+      for (std::size_t k = 0; k < count; ++k)
+        if (!std::isfinite(static_cast<double>(widen(typed[k])))) return true;
+      return false;
+    });
+  }
+
+ private:
+  // f(token, choice index, buffer row) for every kept choice, in token then choice order.
+  template <typename F>
+  static void for_each_kept(const model::Routing<M>& r, int capacity, F&& f) {
+    for (int s = 0; s < r.tokens; ++s)
+      for (int k = 0; k < r.top_k; ++k) {
+        const std::size_t index = static_cast<std::size_t>(s) * r.top_k + k;
+        const std::int32_t slot = r.slot.data()[index];
+        if (slot < 0) continue;
+        f(s, index, static_cast<std::size_t>(r.expert.data()[index]) * capacity + slot);
+      }
+  }
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Ops<T>> make_cpu_ops(Device& device) {
+  return std::make_unique<CpuOps<T>>(device);
+}
+
+template std::unique_ptr<Ops<float>> make_cpu_ops<float>(Device&);
+template std::unique_ptr<Ops<double>> make_cpu_ops<double>(Device&);
+template std::unique_ptr<Ops<Half>> make_cpu_ops<Half>(Device&);
+template std::unique_ptr<Ops<BFloat16>> make_cpu_ops<BFloat16>(Device&);
+
+}  // namespace ted::cpu

@@ -1,0 +1,176 @@
+#include "ted/backend/cuda/cuda_ops.hpp"
+
+#include <string>
+#include <type_traits>
+
+#include "ted/core/error.hpp"
+#include "ted/kernels/cuda/kernels.hpp"
+
+namespace ted::cuda {
+namespace {
+
+namespace kc = ted::kernels::cuda;
+
+// Calls f with a typed pointer for a buffer of the storage types the kernels have.
+template <typename F>
+auto with_typed(const void* data, DataType dtype, F&& f) {
+  switch (dtype) {
+    case DataType::f32:
+      return f(static_cast<const float*>(data));
+    case DataType::f16:
+      return f(static_cast<const Half*>(data));
+    case DataType::bf16:
+      return f(static_cast<const BFloat16*>(data));
+    default:
+      throw Error("the CUDA backend has no " + std::string(to_string(dtype)) + " kernels");
+  }
+}
+
+template <typename T>
+class CudaOps final : public Ops<T> {
+ public:
+  using M = float;
+  explicit CudaOps(Device& device) : Ops<T>(device), ctx_(device) {}
+  std::string name() const override { return "cuda"; }
+
+  void add(const T* a, T* y, std::size_t count) override { kc::add<T>(ctx_, a, y, count); }
+  void add_bias(T* y, const T* bias, int rows, int width, int rows_per_bias, int biases) override {
+    kc::add_bias<T>(ctx_, y, bias, rows, width, rows_per_bias, biases);
+  }
+  void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
+               std::size_t count) override {
+    with_typed(src, src_type, [&](auto* in) {
+      with_typed(dst, dst_type, [&](auto* out) {
+        using Out = std::remove_const_t<std::remove_pointer_t<decltype(out)>>;
+        kc::convert(ctx_, in, const_cast<Out*>(out), count);
+        return 0;
+      });
+      return 0;
+    });
+  }
+  void init_normal(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key, double std,
+                   const model::SliceMap& map) override {
+    kc::init_normal<T>(ctx_, dst, count, seed, key, std, map);
+  }
+
+  void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n,
+                         int seq, int h) override {
+    kc::embedding_forward<T>(ctx_, tokens, tok, pos, x, n, seq, h);
+  }
+  void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n, int seq,
+                          int h) override {
+    kc::embedding_backward<T>(ctx_, tokens, dx, dtok, dpos, n, seq, h);
+  }
+  void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd, int n,
+                         int h) override {
+    kc::layernorm_forward<T>(ctx_, x, gamma, beta, y, mean, rstd, n, h);
+  }
+  void layernorm_backward(const T* x, const T* gamma, const M* mean, const M* rstd, const T* dy,
+                          T* dx, M* dgamma, M* dbeta, int n, int h) override {
+    kc::layernorm_backward<T>(ctx_, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, n, h);
+  }
+  void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) override {
+    kc::linear_forward<T>(ctx_, x, w, b, y, n, in, out);
+  }
+  void linear_backward(const T* x, const T* w, const T* dy, T* dx, M* dw, M* db, int n, int in,
+                       int out) override {
+    kc::linear_backward<T>(ctx_, x, w, dy, dx, dw, db, n, in, out);
+  }
+  void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) override {
+    kc::gate_logits<T>(ctx_, x, w, logits, n, in, out);
+  }
+  void gelu_forward(const T* x, T* y, std::size_t count) override {
+    kc::gelu_forward<T>(ctx_, x, y, count);
+  }
+  void gelu_backward(const T* x, const T* dy, T* dx, std::size_t count) override {
+    kc::gelu_backward<T>(ctx_, x, dy, dx, count);
+  }
+  void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
+                         int h) override {
+    kc::attention_forward<T>(ctx_, qkv, out, probs, batch, seq, heads, h);
+  }
+  void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
+                          int seq, int heads, int h) override {
+    kc::attention_backward<T>(ctx_, qkv, probs, d_out, d_qkv, batch, seq, heads, h);
+  }
+  double cross_entropy_loss(const T* logits, const std::int32_t* targets, int n,
+                            int vocab) override {
+    return kc::cross_entropy_loss<T>(ctx_, logits, targets, n, vocab);
+  }
+  void cross_entropy_backward(const T* logits, const std::int32_t* targets, T* d_logits, int n,
+                              int vocab, M scale) override {
+    kc::cross_entropy_backward<T>(ctx_, logits, targets, d_logits, n, vocab, scale);
+  }
+
+  void route(const M* logits, int tokens, const model::GateConfig& config,
+             const model::RoutingKey& key, model::Routing<M>& out) override {
+    kc::route(ctx_, logits, tokens, config, key, out);
+  }
+  void route_backward(const model::Routing<M>& routing, const M* d_weight, M aux_scale,
+                      T* d_logits) override {
+    kc::route_backward<T>(ctx_, routing, d_weight, aux_scale, d_logits);
+  }
+  model::RoutingStats routing_stats(const model::Routing<M>& routing) override {
+    return kc::routing_stats(ctx_, routing);
+  }
+  void dispatch(const T* x, const model::Routing<M>& routing, T* buffer, int h,
+                int capacity) override {
+    kc::dispatch<T>(ctx_, x, routing, buffer, h, capacity);
+  }
+  void dispatch_backward(const T* d_buffer, const model::Routing<M>& routing, T* dx, int h,
+                         int capacity) override {
+    kc::dispatch_backward<T>(ctx_, d_buffer, routing, dx, h, capacity);
+  }
+  void combine(const T* expert_out, const model::Routing<M>& routing, T* y, int h,
+               int capacity) override {
+    kc::combine<T>(ctx_, expert_out, routing, y, h, capacity);
+  }
+  void combine_backward(const T* expert_out, const T* dy, const model::Routing<M>& routing,
+                        T* d_expert_out, M* d_weight, int h, int capacity) override {
+    kc::combine_backward<T>(ctx_, expert_out, dy, routing, d_expert_out, d_weight, h, capacity);
+  }
+  void experts_forward(const T* in, const T* w1, const T* b1, const T* w2, T* hidden, T* act,
+                       T* out, int sources, int experts, int rows, int h, int f) override {
+    kc::experts_forward<T>(ctx_, in, w1, b1, w2, hidden, act, out, sources, experts, rows, h, f);
+  }
+  void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden, const T* act,
+                        const T* d_out, T* d_in, M* dw1, M* db1, M* dw2, M* db2, int sources,
+                        int experts, int rows, int h, int f) override {
+    kc::experts_backward<T>(ctx_, in, w1, w2, hidden, act, d_out, d_in, dw1, db1, dw2, db2, sources,
+                            experts, rows, h, f);
+  }
+
+  void scale_copy(const M* g, M* out, std::size_t count, M scale) override {
+    kc::scale_copy(ctx_, g, out, count, scale);
+  }
+  void adamw(M* value, M* m, M* v, const M* g, std::size_t count,
+             const kernels::AdamHyper<M>& hyper) override {
+    kc::adamw(ctx_, value, m, v, g, count, hyper);
+  }
+  double sum_squares(const void* data, DataType dtype, std::span<const IndexRange> ranges,
+                     double initial) override {
+    return with_typed(data, dtype, [&](auto* typed) {
+      return kc::sum_squares(ctx_, typed, ranges.data(), ranges.size(), initial);
+    });
+  }
+  bool has_non_finite(const void* data, DataType dtype, std::size_t count) override {
+    return with_typed(data, dtype,
+                      [&](auto* typed) { return kc::has_non_finite(ctx_, typed, count); });
+  }
+
+ private:
+  kc::Context ctx_;
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Ops<T>> make_cuda_ops(Device& device) {
+  return std::make_unique<CudaOps<T>>(device);
+}
+
+template std::unique_ptr<Ops<float>> make_cuda_ops<float>(Device&);
+template std::unique_ptr<Ops<Half>> make_cuda_ops<Half>(Device&);
+template std::unique_ptr<Ops<BFloat16>> make_cuda_ops<BFloat16>(Device&);
+
+}  // namespace ted::cuda

@@ -1,0 +1,147 @@
+// The backend line of the model: every kernel the model, the MoE layer and the optimizer run,
+// as one table of virtual functions per backend and storage type (the way ggml draws its
+// backend line). The model code is written once against this table and never touches a buffer
+// element; the CPU backend (backend/cpu) and the CUDA backend (backend/cuda) implement it, and
+// backend/registry.hpp picks one for a device. Buffer copies are the Device's (device.hpp).
+//
+// Types. T is the storage type of activations and of the weight copies the kernels read: fp32,
+// bf16 or fp16 (fp64 on the CPU, for the gradient checks). M = master_t<T> is the type of the
+// master weights, of every parameter gradient and of the optimizer state, and what every kernel
+// computes and accumulates in: fp32 (fp64 for fp64). In fp32 the weight copy is the master.
+// Weight gradients are M buffers the backward kernels accumulate into.
+//
+// Shapes and conventions are those of kernels/cpu/layers.hpp: rows are tokens, weights are
+// [in, out] (y = x W + b), backward functions accumulate (+=) into parameter gradients and into
+// an input gradient named dx. Pointers are in the device's memory; counts are elements. Calls
+// are queued on the device in order; those returning a host value wait for their result.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ted/backend/device.hpp"
+#include "ted/core/dtype.hpp"
+#include "ted/core/index_range.hpp"
+#include "ted/kernels/adamw.hpp"
+#include "ted/model/gating.hpp"
+#include "ted/model/slice_map.hpp"
+
+namespace ted {
+
+template <typename T>
+class Ops {
+ public:
+  using M = master_t<T>;
+  explicit Ops(Device& device) : device_(device) {}
+  virtual ~Ops() = default;
+  Ops(const Ops&) = delete;
+  Ops& operator=(const Ops&) = delete;
+
+  Device& device() const { return device_; }
+  virtual std::string name() const = 0;  // "cpu", "cuda"
+
+  // ---- element-wise --------------------------------------------------------------------------
+  // y += a.
+  virtual void add(const T* a, T* y, std::size_t count) = 0;
+  // y[row, :] += bias[(row / rows_per_bias) mod biases, :]: one bias (rows_per_bias = rows), or
+  // one per expert block of the MoE exchange's [sources, biases, rows_per_bias] layout.
+  virtual void add_bias(T* y, const T* bias, int rows, int width, int rows_per_bias,
+                        int biases) = 0;
+  // Element-wise conversion between any two of the floating-point types (rounding on store):
+  // master weights to their copies and back.
+  virtual void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
+                       std::size_t count) = 0;
+  // dst[i] = std * normal(seed, kInit, key, global_index(map, i)) rounded to T: a parameter
+  // shard's initial values (model/random.hpp), the same on every backend and layout.
+  virtual void init_normal(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
+                           double std, const model::SliceMap& map) = 0;
+
+  // ---- the dense layers ------------------------------------------------------------------------
+  // x[i] = tok[tokens[i]] + pos[i mod seq]; backward accumulates into both tables.
+  virtual void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x,
+                                 int n, int seq, int h) = 0;
+  virtual void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n,
+                                  int seq, int h) = 0;
+  // LayerNorm over h (eps 1e-5), keeping each row's mean and 1/std.
+  virtual void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd,
+                                 int n, int h) = 0;
+  virtual void layernorm_backward(const T* x, const T* gamma, const M* mean, const M* rstd,
+                                  const T* dy, T* dx, M* dgamma, M* dbeta, int n, int h) = 0;
+  // y = x W + b (b may be null); backward: dx += dy W^T (if dx), dW += x^T dy, db += sums.
+  virtual void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) = 0;
+  virtual void linear_backward(const T* x, const T* w, const T* dy, T* dx, M* dw, M* db, int n,
+                               int in, int out) = 0;
+  // The gate's logits x W in the master type (routing decisions are made in fp32).
+  virtual void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) = 0;
+  virtual void gelu_forward(const T* x, T* y, std::size_t count) = 0;
+  // dx = dy * gelu'(x); dx may alias dy.
+  virtual void gelu_backward(const T* x, const T* dy, T* dx, std::size_t count) = 0;
+  // Causal multi-head attention on qkv [batch*seq, 3h]; probs [batch, heads, seq, seq].
+  virtual void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
+                                 int h) = 0;
+  // d_qkv is overwritten.
+  virtual void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
+                                  int seq, int heads, int h) = 0;
+  // The mean cross-entropy of logits [n, vocab] against targets.
+  virtual double cross_entropy_loss(const T* logits, const std::int32_t* targets, int n,
+                                    int vocab) = 0;
+  // d_logits = scale * (softmax - onehot) / n, computed in M and rounded once, so 16-bit
+  // storage holds the scaled gradient. d_logits may alias logits.
+  virtual void cross_entropy_backward(const T* logits, const std::int32_t* targets, T* d_logits,
+                                      int n, int vocab, M scale) = 0;
+
+  // ---- the MoE layer ---------------------------------------------------------------------------
+  // Routing of one gating group (model/gating.hpp), allocating `out`'s buffers on the device.
+  virtual void route(const M* logits, int tokens, const model::GateConfig& config,
+                     const model::RoutingKey& key, model::Routing<M>& out) = 0;
+  // d_logits (overwritten) from the combine weights' gradient [tokens, top_k] and
+  // aux_scale * d aux.
+  virtual void route_backward(const model::Routing<M>& routing, const M* d_weight, M aux_scale,
+                              T* d_logits) = 0;
+  virtual model::RoutingStats routing_stats(const model::Routing<M>& routing) = 0;
+  // buffer [experts, capacity, h] (overwritten; empty slots 0) gathers the kept tokens of x.
+  // `capacity` is the buffer's (padded) capacity, at least the routing's.
+  virtual void dispatch(const T* x, const model::Routing<M>& routing, T* buffer, int h,
+                        int capacity) = 0;
+  // dx[s] += the gradients of its kept slots.
+  virtual void dispatch_backward(const T* d_buffer, const model::Routing<M>& routing, T* dx, int h,
+                                 int capacity) = 0;
+  // y[s] = sum over kept choices of weight * expert_out[expert, slot] (overwritten).
+  virtual void combine(const T* expert_out, const model::Routing<M>& routing, T* y, int h,
+                       int capacity) = 0;
+  // d_expert_out overwritten (0 in empty slots); d_weight [tokens, top_k] overwritten.
+  virtual void combine_backward(const T* expert_out, const T* dy, const model::Routing<M>& routing,
+                                T* d_expert_out, M* d_weight, int h, int capacity) = 0;
+  // This rank's experts on what the exchange brought: `in` is [sources, experts, rows, h]
+  // (block b belongs to local expert b mod experts); w1 [experts, h, f], b1 [experts, f],
+  // w2 [experts, f, h]. Keeps hidden (before GeLU) and act [.., rows, f]; out = act W2 without
+  // its bias (the model adds b2 after the tensor reduction).
+  virtual void experts_forward(const T* in, const T* w1, const T* b1, const T* w2, T* hidden,
+                               T* act, T* out, int sources, int experts, int rows, int h,
+                               int f) = 0;
+  // d_in overwritten; the parameter gradients accumulate (db2 over d_out's rows).
+  virtual void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden,
+                                const T* act, const T* d_out, T* d_in, M* dw1, M* db1, M* dw2,
+                                M* db2, int sources, int experts, int rows, int h, int f) = 0;
+
+  // ---- the optimizer ---------------------------------------------------------------------------
+  // out[i] = g[i] * scale.
+  virtual void scale_copy(const M* g, M* out, std::size_t count, M scale) = 0;
+  // One AdamW update (kernels/adamw.hpp) of count elements with their clipped gradient g.
+  virtual void adamw(M* value, M* m, M* v, const M* g, std::size_t count,
+                     const kernels::AdamHyper<M>& hyper) = 0;
+  // initial + the sum of squares over the ranges, accumulated in fp64 in order (a host value;
+  // `initial` lets sums over several buffers add up in one order).
+  virtual double sum_squares(const void* data, DataType dtype, std::span<const IndexRange> ranges,
+                             double initial) = 0;
+  // Whether any of count elements is inf or NaN (a host value): fp16's overflow check.
+  virtual bool has_non_finite(const void* data, DataType dtype, std::size_t count) = 0;
+
+ protected:
+  Device& device_;
+};
+
+}  // namespace ted

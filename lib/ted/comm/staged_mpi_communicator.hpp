@@ -1,0 +1,55 @@
+// A communicator for device memory over MPI through host staging buffers: every call waits for
+// the device's queued work, copies the send buffer to the device's fastest host memory (pinned
+// on a GPU), runs the MPI collective there and copies the result back. Two extra copies per
+// call make it slower than NCCL, but it needs nothing but MPI, and ranks may share a GPU,
+// which NCCL refuses: that is how multi-rank TED on CUDA is tested on a one-GPU machine. It is
+// written against the Device interface only, so the CPU tests exercise it too.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "ted/backend/device.hpp"
+#include "ted/comm/communicator.hpp"
+#include "ted/comm/mpi_communicator.hpp"
+
+namespace ted {
+
+class StagedMpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm`; `device` must outlive the communicator.
+  StagedMpiCommunicator(MPI_Comm comm, GroupKind group, Ledger* ledger, Device& device);
+  ~StagedMpiCommunicator() override;
+
+  CommBackend backend() const override { return CommBackend::mpi; }
+  std::string name() const override { return "mpi-staged"; }
+  std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const override;
+
+ protected:
+  void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                     ReduceOp op) override;
+  void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                       std::span<const std::size_t> recv_counts, DataType dtype) override;
+  void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override;
+  void do_barrier() override;
+
+ private:
+  // A grow-only host buffer of the device.
+  struct Staging {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  void* staging(Staging& buffer, std::size_t bytes);
+  // Copies `bytes` of device memory into the send staging buffer and returns it.
+  void* stage_in(const void* device_src, std::size_t bytes);
+
+  MpiCommunicator host_;  // the MPI work, on the staging buffers (no ledger: this one records)
+  Device& device_;
+  Staging send_, recv_;
+};
+
+}  // namespace ted

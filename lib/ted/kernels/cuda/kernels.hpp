@@ -1,0 +1,170 @@
+// The CUDA kernels of the MoE GPT: what the CUDA backend's kernel table (backend/cuda/
+// cuda_ops.cpp) runs, with the shapes and conventions of backend/ops.hpp. Plain C++17 (no CUDA
+// headers), so host code can call it; compiled only where nvcc is found (TED_HAVE_CUDA).
+//
+// Precision: T (float, Half, BFloat16) is the storage type of activations and weight copies;
+// every kernel computes in fp32 and cuBLAS accumulates in fp32 (CUBLAS_COMPUTE_32F, no TF32, so
+// the fp32 path can be held to ~1e-5 of the CPU reference); parameter gradients, the gate's
+// logits, LayerNorm statistics and optimizer state are fp32. Per-element math (GeLU, 16-bit
+// rounding, AdamW, the routing and init random numbers, a shard's index map) is the same
+// TED_HOST_DEVICE code the CPU backend runs.
+//
+// Every call queues work on the context's stream and returns; only functions that return a
+// host value (losses, statistics, sums, flags) wait for it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ted/backend/tensor.hpp"
+#include "ted/core/dtype.hpp"
+#include "ted/core/index_range.hpp"
+#include "ted/kernels/adamw.hpp"
+#include "ted/model/gating.hpp"
+#include "ted/model/slice_map.hpp"
+
+namespace ted::kernels::cuda {
+
+// One CUDA device's stream with a cuBLAS handle bound to it.
+class Context {
+ public:
+  explicit Context(Device& device);  // throws unless `device` is (or wraps) a CUDA device
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  Device& device() { return device_; }  // allocations go here (it may be a tracking wrapper)
+  void synchronize();
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  Device& device_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- element-wise --------------------------------------------------------------------------
+template <typename From, typename To>
+void convert(Context& ctx, const From* src, To* dst, std::size_t count);
+template <typename T>
+void add(Context& ctx, const T* a, T* y, std::size_t count);  // y += a
+// y[row, :] += bias[(row / rows_per_bias) mod biases, :].
+template <typename T>
+void add_bias(Context& ctx, T* y, const T* bias, int rows, int width, int rows_per_bias,
+              int biases);
+// db[(row / rows_per_bias) mod biases, :] += column sums of dy (fp32).
+template <typename T>
+void bias_grad(Context& ctx, const T* dy, float* db, int rows, int width, int rows_per_bias,
+               int biases);
+// dst[i] = std * random::normal(seed, kInit, key, global_index(map, i)), rounded to T.
+template <typename T>
+void init_normal(Context& ctx, T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
+                 double std, const model::SliceMap& map);
+
+// ---- GEMM (row-major, as kernels/cpu/blas.hpp): C = alpha op(A) op(B) + beta C -------------
+template <typename T>
+void gemm(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const T* a,
+          int lda, const T* b, int ldb, float beta, T* c, int ldc);
+// The same with an fp32 C (weight gradients, gate logits).
+template <typename T>
+void gemm_f32_out(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                  const T* a, int lda, const T* b, int ldb, float beta, float* c, int ldc);
+// `batch` GEMMs whose operands are `stride_*` elements apart (experts, attention heads).
+template <typename T>
+void gemm_batched(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                  const T* a, int lda, std::int64_t stride_a, const T* b, int ldb,
+                  std::int64_t stride_b, float beta, T* c, int ldc, std::int64_t stride_c,
+                  int batch);
+template <typename T>
+void gemm_batched_f32_out(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k,
+                          float alpha, const T* a, int lda, std::int64_t stride_a, const T* b,
+                          int ldb, std::int64_t stride_b, float beta, float* c, int ldc,
+                          std::int64_t stride_c, int batch);
+
+// ---- the dense layers ------------------------------------------------------------------------
+template <typename T>
+void linear_forward(Context& ctx, const T* x, const T* w, const T* b, T* y, int n, int in, int out);
+template <typename T>
+void linear_backward(Context& ctx, const T* x, const T* w, const T* dy, T* dx, float* dw, float* db,
+                     int n, int in, int out);
+template <typename T>
+void gate_logits(Context& ctx, const T* x, const T* w, float* logits, int n, int in, int out);
+template <typename T>
+void layernorm_forward(Context& ctx, const T* x, const T* gamma, const T* beta, T* y, float* mean,
+                       float* rstd, int n, int h);
+template <typename T>
+void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* mean,
+                        const float* rstd, const T* dy, T* dx, float* dgamma, float* dbeta, int n,
+                        int h);
+template <typename T>
+void gelu_forward(Context& ctx, const T* x, T* y, std::size_t count);
+template <typename T>  // dx = dy * gelu'(x); may alias dy
+void gelu_backward(Context& ctx, const T* x, const T* dy, T* dx, std::size_t count);
+template <typename T>
+void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, int seq, int heads,
+                       int h);
+// d_qkv overwritten; its scratch (heads x seq x seq) comes from the context's device.
+template <typename T>
+void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_out, T* d_qkv,
+                        int batch, int seq, int heads, int h);
+template <typename T>
+double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* targets, int n,
+                          int vocab);
+// d_logits = ((softmax - onehot) / n) * scale, rounded once; may alias logits.
+template <typename T>
+void cross_entropy_backward(Context& ctx, const T* logits, const std::int32_t* targets, T* d_logits,
+                            int n, int vocab, float scale);
+template <typename T>
+void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, const T* pos, T* x,
+                       int n, int seq, int h);
+template <typename T>
+void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, float* dtok,
+                        float* dpos, int n, int seq, int h);
+
+// ---- MoE: routing, token permutation, experts ------------------------------------------------
+// One gating group's routing into `out` (model/gating.hpp), allocated on the context's device.
+// Synchronises only for a dropless capacity (the largest load is read back).
+void route(Context& ctx, const float* logits, int tokens, const model::GateConfig& config,
+           const model::RoutingKey& key, model::Routing<float>& out);
+template <typename T>
+void route_backward(Context& ctx, const model::Routing<float>& routing, const float* d_weight,
+                    float aux_scale, T* d_logits);
+model::RoutingStats routing_stats(Context& ctx, const model::Routing<float>& routing);
+// buffer [experts, capacity, h] (overwritten; empty slots 0); capacity >= the routing's.
+template <typename T>
+void dispatch(Context& ctx, const T* x, const model::Routing<float>& routing, T* buffer, int h,
+              int capacity);
+template <typename T>
+void dispatch_backward(Context& ctx, const T* d_buffer, const model::Routing<float>& routing, T* dx,
+                       int h, int capacity);
+template <typename T>
+void combine(Context& ctx, const T* expert_out, const model::Routing<float>& routing, T* y, int h,
+             int capacity);
+template <typename T>
+void combine_backward(Context& ctx, const T* expert_out, const T* dy,
+                      const model::Routing<float>& routing, T* d_expert_out, float* d_weight, int h,
+                      int capacity);
+// in [sources, experts, rows, h], block b on local expert b mod experts: per source, one
+// strided batch of GEMMs over the experts. out = GeLU(in W1 + b1) W2, without b2.
+template <typename T>
+void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const T* w2, T* hidden,
+                     T* act, T* out, int sources, int experts, int rows, int h, int f);
+template <typename T>
+void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const T* hidden,
+                      const T* act, const T* d_out, T* d_in, float* dw1, float* db1, float* dw2,
+                      float* db2, int sources, int experts, int rows, int h, int f);
+
+// ---- the optimizer and loss scaling ------------------------------------------------------------
+void scale_copy(Context& ctx, const float* g, float* out, std::size_t count, float scale);
+void adamw(Context& ctx, float* value, float* m, float* v, const float* g, std::size_t count,
+           const AdamHyper<float>& hyper);
+// initial + the sum of squares over the ranges, in fp64 (waits for the result).
+template <typename T>
+double sum_squares(Context& ctx, const T* data, const IndexRange* ranges, std::size_t range_count,
+                   double initial);
+// Whether any of count elements is inf or NaN (waits for the result).
+template <typename T>
+bool has_non_finite(Context& ctx, const T* data, std::size_t count);
+
+}  // namespace ted::kernels::cuda

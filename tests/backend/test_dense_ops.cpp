@@ -1,0 +1,241 @@
+// Every dense op of the kernel table on the device under test against the CPU fp32 kernels
+// (kernels/cpu) on random data, in fp32, fp16 and bf16 storage. Inputs are rounded to the
+// storage type before the reference sees them, so the score measures the backend's arithmetic
+// and its output rounding only.
+#include <catch2/catch.hpp>
+
+#include "backend/backend.hpp"
+#include "ted/kernels/adamw.hpp"
+#include "ted/kernels/cpu/layers.hpp"
+#include "ted/model/params.hpp"
+#include "ted/model/random.hpp"
+
+using namespace ted;
+using namespace ted::test;
+namespace cpu = ted::kernels::cpu;
+
+#define STORAGE_TYPES float, ted::Half, ted::BFloat16
+
+TEMPLATE_TEST_CASE("linear forward and backward, and the gate's fp32 logits", "[ops][linear]",
+                   STORAGE_TYPES) {
+  using T = TestType;
+  const int n = 50, in = 24, out = 40;
+  auto x = rounded<T>(random_vector(n * in, 4)), w = rounded<T>(random_vector(in * out, 5));
+  auto b = rounded<T>(random_vector(out, 6)), dy = rounded<T>(random_vector(n * out, 7));
+  std::vector<float> y(n * out), logits(n * out), dx = rounded<T>(random_vector(n * in, 8));
+  std::vector<float> dx0 = dx, dw(in * out, 0.5f), db(out, 0.25f);
+  std::vector<float> dw0 = dw, db0 = db;
+  cpu::linear_forward(x.data(), w.data(), b.data(), y.data(), n, in, out);
+  cpu::linear_forward(x.data(), w.data(), static_cast<const float*>(nullptr), logits.data(), n, in,
+                      out);
+  cpu::linear_backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), n, in, out);
+  auto gx = upload<T>(x), gw = upload<T>(w), gb = upload<T>(b), gdy = upload<T>(dy),
+       gdx = upload<T>(dx0);
+  auto gdw = upload<float>(dw0), gdb = upload<float>(db0);
+  Tensor<T> gy(device(), y.size());
+  Tensor<float> glogits(device(), logits.size());
+  ops<T>().linear_forward(gx.data(), gw.data(), gb.data(), gy.data(), n, in, out);
+  ops<T>().gate_logits(gx.data(), gw.data(), glogits.data(), n, in, out);
+  ops<T>().linear_backward(gx.data(), gw.data(), gdy.data(), gdx.data(), gdw.data(), gdb.data(), n,
+                           in, out);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gy), y);
+  CHECK_CLOSE_TO_REFERENCE(float, download(glogits), logits);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdx), dx);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gdw), dw);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gdb), db);
+}
+
+TEMPLATE_TEST_CASE("layernorm forward and backward", "[ops][layernorm]", STORAGE_TYPES) {
+  using T = TestType;
+  const int n = 33, h = 300;  // h not a multiple of a GPU block: the strided loops' tails
+  auto x = rounded<T>(random_vector(n * h, 9, 2.0f)), dy = rounded<T>(random_vector(n * h, 10));
+  auto gamma = rounded<T>(random_vector(h, 11)), beta = rounded<T>(random_vector(h, 12));
+  std::vector<float> y(n * h), mean(n), rstd(n), dx = rounded<T>(random_vector(n * h, 13));
+  std::vector<float> dx0 = dx, dgamma(h, 0.1f), dbeta(h, -0.1f);
+  std::vector<float> dgamma0 = dgamma, dbeta0 = dbeta;
+  cpu::layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), n,
+                         h);
+  cpu::layernorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
+                          dgamma.data(), dbeta.data(), n, h);
+  auto gx = upload<T>(x), gdy = upload<T>(dy), gdx = upload<T>(dx0), gg = upload<T>(gamma),
+       gbeta = upload<T>(beta);
+  auto gdg = upload<float>(dgamma0), gdb = upload<float>(dbeta0);
+  Tensor<T> gy(device(), y.size());
+  Tensor<float> gmean(device(), n), grstd(device(), n);
+  ops<T>().layernorm_forward(gx.data(), gg.data(), gbeta.data(), gy.data(), gmean.data(),
+                             grstd.data(), n, h);
+  ops<T>().layernorm_backward(gx.data(), gg.data(), gmean.data(), grstd.data(), gdy.data(),
+                              gdx.data(), gdg.data(), gdb.data(), n, h);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gy), y);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gmean), mean);
+  CHECK_CLOSE_TO_REFERENCE(float, download(grstd), rstd);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdx), dx);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gdg), dgamma);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gdb), dbeta);
+}
+
+TEMPLATE_TEST_CASE("gelu forward and backward (in place)", "[ops][gelu]", STORAGE_TYPES) {
+  using T = TestType;
+  const std::size_t n = 5000;
+  auto x = rounded<T>(random_vector(n, 14, 3.0f)), dy = rounded<T>(random_vector(n, 15));
+  std::vector<float> y(n), dx(n);
+  cpu::gelu_forward(x.data(), y.data(), n);
+  cpu::gelu_backward(x.data(), dy.data(), dx.data(), n);
+  auto gx = upload<T>(x), gdy = upload<T>(dy);
+  Tensor<T> gy(device(), n);
+  ops<T>().gelu_forward(gx.data(), gy.data(), n);
+  ops<T>().gelu_backward(gx.data(), gdy.data(), gdy.data(), n);  // in place, as allowed
+  CHECK_CLOSE_TO_REFERENCE(T, download(gy), y);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdy), dx);
+}
+
+TEMPLATE_TEST_CASE("causal attention forward and backward", "[ops][attention]", STORAGE_TYPES) {
+  using T = TestType;
+  const int batch = 2, seq = 19, heads = 3, h = 24;
+  const int n = batch * seq;
+  auto qkv = rounded<T>(random_vector(n * 3 * h, 16)), dout = rounded<T>(random_vector(n * h, 17));
+  std::vector<float> out(n * h), probs(batch * heads * seq * seq), dqkv(n * 3 * h);
+  cpu::attention_forward(qkv.data(), out.data(), probs.data(), batch, seq, heads, h);
+  auto gqkv = upload<T>(qkv), gdout = upload<T>(dout);
+  Tensor<T> gout(device(), out.size()), gprobs(device(), probs.size()),
+      gdqkv(device(), dqkv.size());
+  ops<T>().attention_forward(gqkv.data(), gout.data(), gprobs.data(), batch, seq, heads, h);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gprobs), probs);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gout), out);
+  // The backend's backward reads its own (rounded) probabilities: give the reference the same.
+  auto probs_seen = download(gprobs);
+  cpu::attention_backward(qkv.data(), probs_seen.data(), dout.data(), dqkv.data(), batch, seq,
+                          heads, h);
+  ops<T>().attention_backward(gqkv.data(), gprobs.data(), gdout.data(), gdqkv.data(), batch, seq,
+                              heads, h);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdqkv), dqkv);
+}
+
+TEMPLATE_TEST_CASE("cross-entropy: the loss, and its scaled gradient in place", "[ops][loss]",
+                   STORAGE_TYPES) {
+  using T = TestType;
+  const int n = 40, vocab = 333;
+  auto logits = rounded<T>(random_vector(n * vocab, 18, 2.0f));
+  std::vector<std::int32_t> targets(n);
+  for (int i = 0; i < n; ++i) targets[i] = (i * 37) % vocab;
+  std::vector<float> d(n * vocab);
+  const float loss = cpu::cross_entropy_loss(logits.data(), targets.data(), n, vocab);
+  cpu::cross_entropy_backward(logits.data(), targets.data(), d.data(), n, vocab, 1024.0f);
+  auto glogits = upload<T>(logits);
+  auto gtargets = upload_i32(targets);
+  const double gloss = ops<T>().cross_entropy_loss(glogits.data(), gtargets.data(), n, vocab);
+  CHECK_CLOSE_TO_REFERENCE(float, std::vector<float>{static_cast<float>(gloss)},
+                           std::vector<float>{loss});
+  // The scale inside, in place: what fp16 loss scaling needs (the unscaled gradient of 40
+  // tokens x 333 classes would lose most of its bits in fp16).
+  ops<T>().cross_entropy_backward(glogits.data(), gtargets.data(), glogits.data(), n, vocab,
+                                  1024.0f);
+  CHECK_CLOSE_TO_REFERENCE(T, download(glogits), d);
+}
+
+TEMPLATE_TEST_CASE("embedding forward and backward", "[ops][embedding]", STORAGE_TYPES) {
+  using T = TestType;
+  const int vocab = 11, seq = 7, n = 21, h = 13;
+  auto tok = rounded<T>(random_vector(vocab * h, 19)), pos = rounded<T>(random_vector(seq * h, 20));
+  auto dx = rounded<T>(random_vector(n * h, 21));
+  std::vector<std::int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = (i * 5 + 3) % vocab;
+  std::vector<float> x(n * h), dtok(vocab * h, 0.0f), dpos(seq * h, 0.0f);
+  cpu::embedding_forward(tokens.data(), tok.data(), pos.data(), x.data(), n, seq, h);
+  cpu::embedding_backward(tokens.data(), dx.data(), dtok.data(), dpos.data(), n, seq, h);
+  auto gtokens = upload_i32(tokens);
+  auto gtok = upload<T>(tok), gpos = upload<T>(pos), gdx = upload<T>(dx);
+  auto gdtok = zeros<float>(device(), dtok.size()), gdpos = zeros<float>(device(), dpos.size());
+  Tensor<T> gx(device(), x.size());
+  ops<T>().embedding_forward(gtokens.data(), gtok.data(), gpos.data(), gx.data(), n, seq, h);
+  ops<T>().embedding_backward(gtokens.data(), gdx.data(), gdtok.data(), gdpos.data(), n, seq, h);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gx), x);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gdtok), dtok);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gdpos), dpos);
+}
+
+TEMPLATE_TEST_CASE("residual add, biases per row block, conversions", "[ops][elementwise]",
+                   STORAGE_TYPES) {
+  using T = TestType;
+  const int sources = 2, experts = 3, rows = 5, width = 7;
+  const int all = sources * experts * rows;
+  auto y = rounded<T>(random_vector(all * width, 50)),
+       a = rounded<T>(random_vector(all * width, 51));
+  auto bias = rounded<T>(random_vector(experts * width, 52));
+  std::vector<float> want = y;
+  for (int r = 0; r < all; ++r)
+    for (int j = 0; j < width; ++j)
+      want[r * width + j] += a[r * width + j] + bias[((r / rows) % experts) * width + j];
+  auto gy = upload<T>(y), ga = upload<T>(a), gb = upload<T>(bias);
+  ops<T>().add(ga.data(), gy.data(), y.size());
+  ops<T>().add_bias(gy.data(), gb.data(), all, width, rows, experts);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gy), want);
+  // Master weights to their copies and back: the copy is the master rounded once.
+  auto master = random_vector(1000, 53);
+  auto gmaster = upload<float>(master);
+  Tensor<T> copy(device(), master.size());
+  Tensor<float> back(device(), master.size());
+  ops<T>().convert(gmaster.data(), DataType::f32, copy.data(), dtype_of<T>::value, master.size());
+  ops<T>().convert(copy.data(), dtype_of<T>::value, back.data(), DataType::f32, master.size());
+  CHECK(download(copy) == rounded<T>(master));
+  CHECK(download(back) == rounded<T>(master));
+}
+
+TEMPLATE_TEST_CASE("a shard's initial values equal the same elements of the whole tensor",
+                   "[ops][init]", STORAGE_TYPES) {
+  using T = TestType;
+  // qkv's column-parallel shard of rank 1 of 2: three segments of the columns.
+  model::ParamSpec spec;
+  spec.name = "block0.attn.qkv.w";
+  spec.shape = {8, 24};
+  spec.slice = {{}, {{4, 4}, {12, 4}, {20, 4}}};
+  const std::uint64_t seed = 7, key = model::name_key(spec.name);
+  Tensor<T> shard(device(), spec.size());
+  ops<T>().init_normal(shard.data(), spec.size(), seed, key, 0.02, spec.slice_map());
+  std::vector<float> want(spec.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    want[i] = round_to<T>(
+        static_cast<float>(0.02 * random::normal(seed, random::kInit, key, spec.global_index(i))));
+  CHECK(download(shard) == want);
+  CHECK(spec.global_index(4) == 12);  // local row 0, column 4: the k block's first of rank 1
+}
+
+TEST_CASE("AdamW, the clipped gradient tile, sums of squares and the overflow check",
+          "[ops][optimizer]") {
+  auto& o = ops<float>();
+  const std::size_t n = 3000;
+  auto master = random_vector(n, 22), grad = random_vector(n, 23), m = random_vector(n, 24, 0.1f);
+  auto v = random_vector(n, 25, 0.1f);
+  for (float& x : v) x = x * x;
+  const kernels::AdamHyper<float> hyper{
+      1e-3f, 0.9f, 0.95f, 1e-8f, 0.01f, 1 - 0.9f * 0.9f, 1 - 0.95f * 0.95f};
+  auto gmaster = upload<float>(master), ggrad = upload<float>(grad), gm = upload<float>(m),
+       gv = upload<float>(v);
+  Tensor<float> work(device(), n);
+  o.scale_copy(ggrad.data(), work.data(), n, 0.5f);
+  o.adamw(gmaster.data(), gm.data(), gv.data(), work.data(), n, hyper);
+  for (std::size_t i = 0; i < n; ++i)
+    kernels::adamw_update(master[i], m[i], v[i], grad[i] * 0.5f, hyper);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gmaster), master);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gm), m);
+  CHECK_CLOSE_TO_REFERENCE(float, download(gv), v);
+
+  auto g = random_vector(10000, 26);
+  double want = 7.0;  // the initial value the sum continues from
+  for (std::size_t i = 100; i < 2000; ++i) want += static_cast<double>(g[i]) * g[i];
+  for (std::size_t i = 5000; i < 9000; ++i) want += static_cast<double>(g[i]) * g[i];
+  auto dg = upload<float>(g);
+  const IndexRange ranges[] = {{100, 2000}, {5000, 9000}};
+  CHECK(o.sum_squares(dg.data(), DataType::f32, ranges, 7.0) == Approx(want).epsilon(1e-6));
+  CHECK_FALSE(o.has_non_finite(dg.data(), DataType::f32, g.size()));
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    g[7777] = bad;
+    auto with_bad = upload<float>(g);
+    CHECK(o.has_non_finite(with_bad.data(), DataType::f32, g.size()));
+    CHECK_FALSE(o.has_non_finite(with_bad.data(), DataType::f32, 7777));  // only the first 7777
+  }
+  // 16-bit buffers too: fp16 overflows to inf at 65520.
+  auto big = upload<Half>(std::vector<float>{1.0f, 70000.0f});
+  CHECK(o.has_non_finite(big.data(), DataType::f16, 2));
+  CHECK_FALSE(o.has_non_finite(big.data(), DataType::f16, 1));
+}
