@@ -10,36 +10,20 @@
 #include <cmath>
 #include <vector>
 
+#include "moe_block.hpp"
 #include "ted/backend/device.hpp"
 #include "ted/kernels/cpu/blas.hpp"
-#include "ted/model/gpt.hpp"
-#include "ted/train/data.hpp"
 
 namespace {
 
-struct BlockShape {
-  int hidden, heads, seq, sequences, experts, top_k;
-};
+using ted::bench::BlockShape;
 
 void moe_block(benchmark::State& state, BlockShape shape) {
-  ted::model::ModelConfig config;
-  config.vocab = 256;
-  config.seq_len = shape.seq;
-  config.hidden = shape.hidden;
-  config.heads = shape.heads;
-  config.layers = 1;
-  config.expert_interval = 1;  // the one block is an MoE block
-  config.gate.experts = shape.experts;
-  config.gate.top_k = shape.top_k;
-  config.gate.capacity_factor = 1.0;
   auto device = ted::make_cpu_device();
-  ted::model::GptModel<float> model(config, *device);
-  ted::train::SyntheticSource source(config.vocab, 7);
+  ted::model::GptModel<float> model(ted::bench::one_moe_block(shape), *device);
+  ted::bench::BlockBatch data(shape);
+  const auto& batch = data.batch;
   const int tokens = shape.seq * shape.sequences;
-  std::vector<std::int32_t> ids(tokens), targets(tokens);
-  for (int s = 0; s < shape.sequences; ++s)
-    source.sample(s, shape.seq, ids.data() + s * shape.seq, targets.data() + s * shape.seq);
-  ted::model::Batch batch{ids.data(), targets.data(), shape.sequences, 0, 0, 0};
 
   double flops = 0;
   for (auto _ : state) {

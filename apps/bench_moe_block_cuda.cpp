@@ -21,10 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "moe_block.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/kernels/cuda/kernels.hpp"
-#include "ted/model/gpt.hpp"
-#include "ted/train/data.hpp"
 
 namespace {
 
@@ -34,39 +33,12 @@ std::unique_ptr<ted::Device> g_device;
 
 struct Size {
   const char* name;
-  int hidden, heads, experts, top_k, sequences, seq;
+  ted::bench::BlockShape shape;
 };
 
 // The size (h=4096, 8 experts, top-2, 8192 tokens) and a tiny one for CTest.
-const Size kSizes[] = {{"paper_h4096_E8_top2_8192tok", 4096, 32, 8, 2, 4, 2048},
-                       {"tiny_h64_E4_top2_256tok", 64, 4, 4, 2, 2, 128}};
-
-ted::model::ModelConfig config_of(const Size& size) {
-  ted::model::ModelConfig config;
-  config.vocab = 256;
-  config.seq_len = size.seq;
-  config.hidden = size.hidden;
-  config.heads = size.heads;
-  config.layers = 1;
-  config.expert_interval = 1;  // the one block is an MoE block
-  config.gate.experts = size.experts;
-  config.gate.top_k = size.top_k;
-  config.gate.capacity_factor = 1.0;
-  return config;
-}
-
-struct Data {
-  std::vector<std::int32_t> tokens, targets;
-  ted::model::Batch batch;
-  explicit Data(const Size& size) {
-    ted::train::SyntheticSource source(256, 7);
-    tokens.resize(static_cast<std::size_t>(size.sequences) * size.seq);
-    targets.resize(tokens.size());
-    for (int s = 0; s < size.sequences; ++s)
-      source.sample(s, size.seq, tokens.data() + s * size.seq, targets.data() + s * size.seq);
-    batch = {tokens.data(), targets.data(), size.sequences, 0, 0, 0};
-  }
-};
+const Size kSizes[] = {{"paper_h4096_E8_top2_8192tok", {4096, 32, 2048, 4, 8, 2}},
+                       {"tiny_h64_E4_top2_256tok", {64, 4, 128, 2, 4, 2}}};
 
 double seconds_of(const std::function<void()>& work) {
   g_device->synchronize();
@@ -82,7 +54,7 @@ struct GemmRef {
   int m, n, k;
   kc::Context ctx;
   ted::Tensor<T> a, b, c;
-  explicit GemmRef(const Size& s)
+  explicit GemmRef(const ted::bench::BlockShape& s)
       : m(s.sequences * s.seq),
         n(4 * s.hidden),
         k(s.hidden),
@@ -101,7 +73,7 @@ struct GemmRef {
 
 template <typename T>
 void BM_gemm(benchmark::State& state, Size size) {
-  GemmRef<T> gemm(size);
+  GemmRef<T> gemm(size.shape);
   gemm.run();
   for (auto _ : state) state.SetIterationTime(seconds_of([&] { gemm.run(); }));
   state.counters["TFLOPs"] =
@@ -110,8 +82,8 @@ void BM_gemm(benchmark::State& state, Size size) {
 
 template <typename T>
 void BM_moe_block(benchmark::State& state, Size size) {
-  const auto config = config_of(size);
-  Data data(size);
+  const auto config = ted::bench::one_moe_block(size.shape);
+  ted::bench::BlockBatch data(size.shape);
   double want = 0;
   {  // the fp32 model on the same weights (same seed and init) and data
     ted::model::GptModel<float> reference(config, *g_device);
@@ -128,7 +100,7 @@ void BM_moe_block(benchmark::State& state, Size size) {
     return;
   }
   // The practical peak, measured in this run: the best of 10 GEMMs of the experts' shape.
-  GemmRef<T> gemm(size);
+  GemmRef<T> gemm(size.shape);
   gemm.run();
   double best = INFINITY;
   for (int i = 0; i < 10; ++i) best = std::min(best, seconds_of([&] { gemm.run(); }));

@@ -54,6 +54,8 @@ ted_prepare() {
 # Runs one experiment on 4 CPU ranks with experiments/<name>/cpu.yaml and draws its figure; with
 # a topology (experiments/emulated/*.yaml) it runs on that emulated cluster instead
 # (scripts/emulated_cluster.sh, root only), into results/<name>/emulated_<topology>.csv.
+# TED_RESULTS and TED_PLOTS (default results and plots, the committed results) say where the CSV
+# and the figure go; the main job points them at the ignored results/local and plots/local.
 ted_run_experiment() {  # <ablation | weak_scaling | strong_scaling | memory> [topology.yaml]
   local name=$1 topology=${2:-} plot
   case $name in
@@ -62,7 +64,9 @@ ted_run_experiment() {  # <ablation | weak_scaling | strong_scaling | memory> [t
   esac
   local tag=cpu
   [ -n "$topology" ] && tag=emulated_$(basename "$topology" .yaml)
-  local csv=results/$name/$tag.csv figure=plots/${name}_$tag.png
+  local results=${TED_RESULTS:-results} plots=${TED_PLOTS:-plots}
+  local csv=$results/$name/$tag.csv figure=$plots/${name}_$tag.png
+  mkdir -p "$results/$name" "$plots"
   local program=("$TED_BUILD/apps/ted_$name" -c "experiments/$name/cpu.yaml" --csv "$csv")
   if [ -n "$topology" ]; then
     echo "== $name on the emulated cluster $topology"

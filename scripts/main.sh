@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian machine: install what is missing, build, and run the paper's
 # ablation (TED-baseline, +DTD, +CAC, +both, +reduce-scatter) on 4 CPU ranks with the small
-# settings, appending to results/ablation/cpu.csv and drawing plots/ablation_cpu.png (and .pdf).
+# settings, appending to results/local/ablation/cpu.csv and drawing
+# plots/local/ablation_cpu.png (and .pdf). Both folders are ignored by git: the job leaves the
+# tree clean (./scripts/run_experiments.sh regenerates the committed results/ and plots/).
 # Idempotent: a second run installs and rebuilds nothing, measures again and appends its rows.
 #   ./scripts/main.sh
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ted_prepare
-ted_run_experiment ablation
+TED_RESULTS=results/local TED_PLOTS=plots/local ted_run_experiment ablation

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The experiment programs' handling of input: bad YAML (unknown key, wrong type, a layout that
-# does not divide the ranks, the wrong experiment, a list of the wrong length) gives one line
-# naming the file and key, exit 2 and no CSV; the paper YAMLs stay valid (with the CPU backend
-# forced, every point needs more ranks than launched and is skipped with a line).
+# does not divide the ranks, the wrong experiment, a list of the wrong length, an unknown dtype,
+# NCCL on the CPU, the CUDA backend without a GPU) gives one line naming the file and key, exit
+# 2 and no CSV; the paper YAMLs as they are stop with one line on a machine without a GPU, and
+# stay valid (on the CPU backend every point needs more ranks than launched and is skipped).
 #   experiments_cli.sh <build/apps> <repository root> <scratch dir> <mpirun>
 set -u
 apps=$1
@@ -27,12 +28,31 @@ bad_input "another experiment's YAML" ted_memory ranks 2 ted_memory -c "$ablatio
 bad_input "sweep lists of different lengths" ted_weak_scaling ranks 2 ted_weak_scaling \
   -c "$root/experiments/weak_scaling/cpu.yaml" --set sweep.tp=1,2
 bad_input "unknown system" ted_ablation ranks 2 ted_ablation -c "$ablation" --set systems=ted+xyz
-bad_input "a backend this build lacks" ted_ablation ranks 2 ted_ablation -c "$ablation" \
-  --set run.backend=cuda
+bad_input "an unknown dtype" ted_ablation ranks 2 ted_ablation -c "$ablation" --set run.dtype=fp8
+bad_input "an unknown --dtype" ted_ablation ranks 2 ted_ablation -c "$ablation" --dtype fp8
+bad_input "an unknown --backend" ted_ablation ranks 2 ted_ablation -c "$ablation" --backend tpu
+bad_input "NCCL on the CPU backend" ted_ablation ranks 2 ted_ablation -c "$ablation" --comm nccl
+has_gpu=0
+command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && has_gpu=1
+if [ "$has_gpu" = 0 ]; then
+  bad_input "the CUDA backend without a GPU" ted_ablation ranks 2 ted_ablation -c "$ablation" \
+    --set run.backend=cuda
+fi
 for experiment in ablation weak_scaling strong_scaling memory; do
   out="$scratch/paper_$experiment.out"
-  if "$apps/ted_$experiment" -c "$root/experiments/$experiment/paper.yaml" --set run.backend=cpu \
-    --set run.dtype=fp32 --iters 0 --csv "$scratch/paper.csv" >"$out" 2>&1; then
+  paper="$root/experiments/$experiment/paper.yaml"
+  # As it is: a GPU cluster's config. Without a GPU (or a CUDA build): one line, exit 2.
+  "$apps/ted_$experiment" -c "$paper" --iters 0 --csv "$scratch/paper.csv" >"$out" 2>&1
+  rc=$?
+  if [ "$has_gpu" = 0 ]; then
+    [ "$rc" = 2 ] && [ "$(wc -l <"$out")" = 1 ] && grep -q "run.backend" "$out" ||
+      fail "paper $experiment without a GPU: exit $rc: $(cat "$out")"
+  fi
+  [ -e "$scratch/paper.csv" ] && fail "paper $experiment: wrote a CSV with nothing measured"
+  # On the CPU backend (fp16 as the paper: mixed precision runs on the CPU too) every point
+  # needs more ranks than launched and is skipped with a line.
+  if "$apps/ted_$experiment" -c "$paper" --set run.backend=cpu --set run.comm=mpi --iters 0 \
+    --csv "$scratch/paper.csv" >"$out" 2>&1; then
     grep -q "^# skipping" "$out" || fail "paper $experiment: no skipped points: $(cat "$out")"
     [ -e "$scratch/paper.csv" ] && fail "paper $experiment: wrote a CSV with nothing measured"
     echo "ok: experiments/$experiment/paper.yaml is valid"
@@ -40,4 +60,19 @@ for experiment in ablation weak_scaling strong_scaling memory; do
     fail "paper $experiment: $(cat "$out")"
   fi
 done
+# 16-bit on CPU ranks: one bf16 point of the ablation, its row naming backend, dtype, comm.
+if ranks 4 ted_ablation -c "$ablation" --set systems=ted --dtype bf16 --iters 0 \
+  --csv "$scratch/bf16.csv" >"$scratch/bf16.out" 2>&1 &&
+  /usr/bin/python3 - "$scratch/bf16.csv" <<'PY'; then
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 1, rows
+r = rows[0]
+assert (r["backend"], r["dtype"], r["comm"], r["device"]) == ("cpu", "bf16", "mpi", "cpu"), r
+assert float(r["final_loss"]) > 0, r
+PY
+  echo "ok: a bf16 ablation point on 4 CPU ranks, its row names backend, dtype, comm and device"
+else
+  fail "bf16 ablation: $(cat "$scratch/bf16.out")"
+fi
 finish

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ted_train's handling of bad configs: unknown key, wrong type, experts = 0, top-k > experts,
-# heads not dividing hidden, a missing data file, a missing config file, an unknown option;
+# heads not dividing hidden, a missing data file, a missing config file, an unknown option, an
+# unknown backend or dtype, NCCL on the CPU, the CUDA backend without a GPU;
 # on several ranks: a layout that does not match them, experts or heads that do not split over
 # the groups, switches that need each other.
 # Each gives one line, exit 2 and no CSV. Then a short good run writes one CSV row per step.
@@ -26,6 +27,12 @@ bad_input "missing data file" ted_train "$train" -c "$config" --set data.source=
   --set data.path="$scratch/no_such_tokens.bin"
 bad_input "missing config file" ted_train "$train" -c "$scratch/no_such.yaml"
 bad_input "unknown option" ted_train "$train" -c "$config" --learning-rate 3
+bad_input "unknown backend" ted_train "$train" -c "$config" --backend tpu
+bad_input "unknown dtype" ted_train "$train" -c "$config" --dtype fp8
+bad_input "NCCL with the CPU backend" ted_train "$train" -c "$config" --comm nccl
+if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+  bad_input "the CUDA backend without a GPU" ted_train "$train" -c "$config" --backend cuda
+fi
 # On several ranks: one line from rank 0, exit code 2 from every rank, no hang.
 ranks() {  # <count> <args...>
   local count=$1
@@ -51,6 +58,21 @@ four=$(fingerprint "$scratch/four.out")
 /usr/bin/python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * abs(a))" \
   "$one" "$four" || fail "fingerprints differ: $one (1 rank) vs $four (4 ranks)"
 echo "ok: fingerprint $one on 1 rank, $four on 4 ranks"
+
+# Mixed precision on CPU ranks: bf16 and fp16 runs train, and their rows say so.
+for dtype in bf16 fp16; do
+  ranks 2 --ep 2 --dtype "$dtype" --steps 3 --csv "$scratch/$dtype.csv" >"$scratch/$dtype.out" 2>&1 ||
+    fail "$dtype run: $(cat "$scratch/$dtype.out")"
+  /usr/bin/python3 - "$scratch/$dtype.csv" "$dtype" <<'PY' || fail "$dtype run: CSV rows"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 3, rows
+assert all((r["backend"], r["dtype"], r["comm"], r["device"]) == ("cpu", sys.argv[2], "mpi", "cpu")
+           for r in rows), rows[0]
+assert float(rows[-1]["loss"]) < float(rows[0]["loss"]), [r["loss"] for r in rows]
+PY
+  echo "ok: a $dtype run on 2 ranks"
+done
 
 good="$scratch/good.csv"
 if "$train" -c "$config" --steps 5 --csv "$good" >"$scratch/out" 2>"$scratch/err"; then

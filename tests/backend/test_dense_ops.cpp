@@ -118,18 +118,23 @@ TEMPLATE_TEST_CASE("cross-entropy: the loss, and its scaled gradient in place", 
   auto logits = rounded<T>(random_vector(n * vocab, 18, 2.0f));
   std::vector<std::int32_t> targets(n);
   for (int i = 0; i < n; ++i) targets[i] = (i * 37) % vocab;
-  std::vector<float> d(n * vocab);
-  const float loss = cpu::cross_entropy_loss(logits.data(), targets.data(), n, vocab);
-  cpu::cross_entropy_backward(logits.data(), targets.data(), d.data(), n, vocab, 1024.0f);
+  std::vector<float> d(n * vocab), log_sum(n);
+  const float loss =
+      cpu::cross_entropy_loss(logits.data(), targets.data(), log_sum.data(), n, vocab);
+  cpu::cross_entropy_backward(logits.data(), targets.data(), log_sum.data(), d.data(), n, vocab,
+                              1024.0f);
   auto glogits = upload<T>(logits);
   auto gtargets = upload_i32(targets);
-  const double gloss = ops<T>().cross_entropy_loss(glogits.data(), gtargets.data(), n, vocab);
+  Tensor<float> glog_sum(device(), n);
+  const double gloss =
+      ops<T>().cross_entropy_loss(glogits.data(), gtargets.data(), glog_sum.data(), n, vocab);
   CHECK_CLOSE_TO_REFERENCE(float, std::vector<float>{static_cast<float>(gloss)},
                            std::vector<float>{loss});
+  CHECK_CLOSE_TO_REFERENCE(float, download(glog_sum), log_sum);
   // The scale inside, in place: what fp16 loss scaling needs (the unscaled gradient of 40
   // tokens x 333 classes would lose most of its bits in fp16).
-  ops<T>().cross_entropy_backward(glogits.data(), gtargets.data(), glogits.data(), n, vocab,
-                                  1024.0f);
+  ops<T>().cross_entropy_backward(glogits.data(), gtargets.data(), glog_sum.data(), glogits.data(),
+                                  n, vocab, 1024.0f);
   CHECK_CLOSE_TO_REFERENCE(T, download(glogits), d);
 }
 

@@ -9,28 +9,18 @@
 
 #include "backend/backend.hpp"
 #include "ted/train/trainer.hpp"
+#include "train/tiny_run.hpp"
 
 using namespace ted;
 using namespace ted::test;
 
 namespace {
 
-train::TrainConfig tiny_run(int steps) {  // top-2 with drops and RTS
-  train::TrainConfig c;
-  c.model.vocab = 32;
-  c.model.seq_len = 16;
-  c.model.hidden = 32;
-  c.model.heads = 4;
-  c.model.layers = 2;
-  c.model.gate.experts = 4;
+train::TrainConfig tiny_top2(int steps) {  // top-2 with drops and RTS
+  train::TrainConfig c = tiny_run(steps);
   c.model.gate.top_k = 2;
   c.model.gate.capacity_factor = 0.75;
   c.model.gate.random_token_selection = true;
-  c.optimizer.lr = 3e-3;
-  c.optimizer.min_lr = 3e-4;
-  c.data.micro_batch = 8;
-  c.data.micro_batches = 2;
-  c.steps = steps;
   return c;
 }
 
@@ -64,7 +54,7 @@ Run reference(const train::TrainConfig& config) {
 }  // namespace
 
 TEST_CASE("fp32 training tracks the CPU reference step by step", "[train]") {
-  auto config = tiny_run(30);
+  auto config = tiny_top2(30);
   const auto want = reference(config);
   const auto got = train_on(config, device());
   double worst = 0;

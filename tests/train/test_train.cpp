@@ -8,27 +8,14 @@
 
 #include "ted/core/error.hpp"
 #include "ted/train/trainer.hpp"
+#include "train/tiny_run.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 
 namespace {
 
-ted::train::TrainConfig tiny_run() {
-  ted::train::TrainConfig c;
-  c.model.vocab = 32;
-  c.model.seq_len = 16;
-  c.model.hidden = 32;
-  c.model.heads = 4;
-  c.model.layers = 2;
-  c.model.gate.experts = 4;
-  c.optimizer.lr = 3e-3;
-  c.optimizer.min_lr = 3e-4;
-  c.data.micro_batch = 8;
-  c.data.micro_batches = 2;
-  c.steps = 200;
-  return c;
-}
+using ted::test::tiny_run;
 
 std::vector<double> train(const ted::train::TrainConfig& config) {
   auto device = ted::make_cpu_device();

@@ -85,13 +85,14 @@ class Ops {
   // d_qkv is overwritten.
   virtual void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
                                   int seq, int heads, int h) = 0;
-  // The mean cross-entropy of logits [n, vocab] against targets.
-  virtual double cross_entropy_loss(const T* logits, const std::int32_t* targets, int n,
+  // The mean cross-entropy of logits [n, vocab] against targets; keeps each row's log-sum-exp
+  // in log_sum [n] for the backward.
+  virtual double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,
                                     int vocab) = 0;
   // d_logits = scale * (softmax - onehot) / n, computed in M and rounded once, so 16-bit
   // storage holds the scaled gradient. d_logits may alias logits.
-  virtual void cross_entropy_backward(const T* logits, const std::int32_t* targets, T* d_logits,
-                                      int n, int vocab, M scale) = 0;
+  virtual void cross_entropy_backward(const T* logits, const std::int32_t* targets,
+                                      const M* log_sum, T* d_logits, int n, int vocab, M scale) = 0;
 
   // ---- the MoE layer ---------------------------------------------------------------------------
   // Routing of one gating group (model/gating.hpp), allocating `out`'s buffers on the device.

@@ -453,7 +453,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
                     const std::string& description, const Planner& planner,
                     const Summary& summary) {
   CLI::App app{description, "ted_" + experiment};
-  std::string config_path, csv;
+  std::string config_path, csv, backend, dtype, comm;
   std::vector<std::string> overrides;
   int iters = -1;
   app.add_option("-c,--config", config_path, "experiment YAML (experiments/" + experiment + "/)")
@@ -461,7 +461,14 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
   app.add_option("--set", overrides, "override a key: section.key=value (repeatable)");
   app.add_option("--iters", iters, "timed iterations (0: correctness only, one untimed step)");
   app.add_option("--csv", csv, "CSV to append to (overrides run.csv)");
+  app.add_option("--backend", backend, "cpu or cuda (run.backend)");
+  app.add_option("--dtype", dtype, "fp32, bf16 or fp16 (run.dtype; 16-bit: fp32 masters)");
+  app.add_option("--comm", comm, "mpi or nccl: what carries device buffers (run.comm)");
   return run_app(argc, argv, app, [&](MpiSession& mpi) {
+    // The run options are --set overrides like any other, so they are checked the same way.
+    if (!backend.empty()) overrides.push_back("run.backend=" + backend);
+    if (!dtype.empty()) overrides.push_back("run.dtype=" + dtype);
+    if (!comm.empty()) overrides.push_back("run.comm=" + comm);
     ExperimentConfig config = load_config(config_path, overrides, experiment);
     // Before anything is measured, identically on every rank: can this machine run it?
     const auto& run = config.train.run;

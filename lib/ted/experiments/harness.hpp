@@ -118,7 +118,8 @@ using Planner =
     std::function<Plan(const ExperimentConfig& config, const std::string& where, int world_size)>;
 using Summary = std::function<void(const std::vector<Point>&, const std::vector<Result>&)>;
 
-// main() of an experiment program: options (-c config, --set, --iters, --csv), the config, the
+// main() of an experiment program: options (-c config, --set, --iters, --csv, --backend,
+// --dtype, --comm), the config, the
 // plan, every point measured with a progress line on rank 0, the rows appended to the CSV
 // (default results/<experiment>/<config name>.csv), and the summary. Exit codes as run_app.
 int experiment_main(int argc, char** argv, const std::string& experiment,

@@ -329,9 +329,11 @@ Losses GptModel<T>::forward(const Batch& batch) {
   ops.layernorm_forward(final_input_.data(), params_.value(lnf_g_), params_.value(lnf_b_),
                         lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), tokens_, h);
   logits_ = Tensor<T>(device_, static_cast<std::size_t>(tokens_) * V);
+  log_sum_ = Tensor<M>(device_, tokens_);
   ops.linear_forward(lnf_.data(), params_.value(lm_head_), nullptr, logits_.data(), tokens_, h, V);
   last_forward_flops_ += 2.0 * tokens_ * h * V;
-  losses.lm = ops.cross_entropy_loss(logits_.data(), target_ids_.data(), tokens_, V);
+  losses.lm =
+      ops.cross_entropy_loss(logits_.data(), target_ids_.data(), log_sum_.data(), tokens_, V);
   return losses;
 }
 
@@ -344,7 +346,8 @@ void GptModel<T>::backward(M loss_scale) {
   Ops<T>& ops = *ops_;
   // The logits' gradient replaces them, with the loss scale inside (fp16 holds it scaled).
   T* d_logits = logits_.data();
-  ops.cross_entropy_backward(logits_.data(), target_ids_.data(), d_logits, tokens_, V, loss_scale);
+  ops.cross_entropy_backward(logits_.data(), target_ids_.data(), log_sum_.data(), d_logits, tokens_,
+                             V, loss_scale);
   Tensor<T> d_lnf = zeros<T>(device_, Nh);
   ops.linear_backward(lnf_.data(), params_.value(lm_head_), d_logits, d_lnf.data(),
                       params_.grad(lm_head_), nullptr, tokens_, h, V);
@@ -367,6 +370,7 @@ void GptModel<T>::backward(M loss_scale) {
                          params_.grad(pos_emb_), tokens_, S, h);
   acts_.clear();
   logits_ = Tensor<T>();
+  log_sum_ = Tensor<M>();
   token_ids_ = Tensor<std::int32_t>();
   target_ids_ = Tensor<std::int32_t>();
 }

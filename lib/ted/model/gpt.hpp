@@ -129,8 +129,8 @@ class GptModel {
   int group_sequences_ = 0;
   Tensor<std::int32_t> token_ids_, target_ids_;  // the batch on the device
   std::vector<BlockActs> acts_;
-  Tensor<T> final_input_, lnf_, logits_;  // logits_ becomes their gradient in backward
-  Tensor<M> lnf_mean_, lnf_rstd_;
+  Tensor<T> final_input_, lnf_, logits_;     // logits_ becomes their gradient in backward
+  Tensor<M> lnf_mean_, lnf_rstd_, log_sum_;  // log_sum_: each row's log-sum-exp of the logits
   double last_forward_flops_ = 0;
   M loss_scale_ = 1;
 };

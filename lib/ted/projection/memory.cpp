@@ -83,7 +83,8 @@ MemoryEstimate step_memory(const StepShape& s) {
     if (m.checkpoint) a.give(internals[static_cast<std::size_t>(l)]);
   }
   a.take(w * X + mw * 2 * N);  // final LayerNorm
-  a.take(w * N * V);           // logits, which backward turns into their gradient in place
+  a.take(w * N * V + mw * N);  // logits (backward turns them into their gradient in place),
+                               // and each row's log-sum-exp
   a.take(w * 3 * X);           // d_lnf, d_x, d_prev
   for (int l = m.layers - 1; l >= 0; --l) {
     const bool moe = m.is_moe(l);

@@ -49,6 +49,8 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
   // The whole model's parameters: one rank's parts when nothing is split.
   const ParameterParts whole = parameter_parts(m, Layout{1, 1, 1}, true);
   r.parameters = whole.dense + whole.expert;
+  r.device = cluster.device;
+  r.comm = "projected";  // the cluster file's links, not a communicator that ran
   return r;
 }
 

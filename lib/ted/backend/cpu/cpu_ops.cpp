@@ -144,8 +144,7 @@ class CpuOps final : public Ops<T> {
     for (std::size_t i = 0; i < count; ++i) y[i] = narrow<T>(widen(y[i]) + widen(a[i]));
   }
 
-  void add_bias(T* y, const T* bias, int rows, int width, int rows_per_bias,
-                int biases) override {
+  void add_bias(T* y, const T* bias, int rows, int width, int rows_per_bias, int biases) override {
     for (int r = 0; r < rows; ++r) {
       const T* b = bias + static_cast<std::size_t>((r / rows_per_bias) % biases) * width;
       T* row = y + static_cast<std::size_t>(r) * width;
@@ -186,8 +185,8 @@ class CpuOps final : public Ops<T> {
     }
   }
 
-  void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n,
-                          int seq, int h) override {
+  void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n, int seq,
+                          int h) override {
     for (int i = 0; i < n; ++i) {
       const T* g = dx + static_cast<std::int64_t>(i) * h;
       M* t = dtok + static_cast<std::int64_t>(tokens[i]) * h;
@@ -213,8 +212,7 @@ class CpuOps final : public Ops<T> {
     kc::layernorm_backward<C>(xc, g, mean, rstd, dyc, dxc, dgamma, dbeta, n, h);
   }
 
-  void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in,
-                      int out) override {
+  void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) override {
     In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out)), bc(b, out);
     Out<T> yc(y, count_of<T>(n, out), false);
     kc::linear_forward<C>(xc, wc, bc, yc, n, in, out);
@@ -260,17 +258,17 @@ class CpuOps final : public Ops<T> {
     kc::attention_backward<C>(q, p, d, dq, batch, seq, heads, h);
   }
 
-  double cross_entropy_loss(const T* logits, const std::int32_t* targets, int n,
+  double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,
                             int vocab) override {
     In<T> l(logits, count_of<T>(n, vocab));
-    return static_cast<double>(kc::cross_entropy_loss<C>(l, targets, n, vocab));
+    return static_cast<double>(kc::cross_entropy_loss<C>(l, targets, log_sum, n, vocab));
   }
 
-  void cross_entropy_backward(const T* logits, const std::int32_t* targets, T* d_logits, int n,
-                              int vocab, M scale) override {
+  void cross_entropy_backward(const T* logits, const std::int32_t* targets, const M* log_sum,
+                              T* d_logits, int n, int vocab, M scale) override {
     In<T> l(logits, count_of<T>(n, vocab));  // copied first for 16-bit, so aliasing is fine
     Out<T> d(d_logits, count_of<T>(n, vocab), false);
-    kc::cross_entropy_backward<C>(l, targets, d, n, vocab, scale);
+    kc::cross_entropy_backward<C>(l, targets, log_sum, d, n, vocab, scale);
   }
 
   void route(const M* logits, int tokens, const model::GateConfig& config,
@@ -373,8 +371,8 @@ class CpuOps final : public Ops<T> {
         o(out, blocks * R * h, false);
     for (std::size_t b = 0; b < blocks; ++b) {
       const std::size_t le = b % static_cast<std::size_t>(experts);
-      kc::linear_forward<C>(x + b * R * h, w1c + le * h * f, b1c + le * f, hid + b * R * f, rows,
-                            h, f);
+      kc::linear_forward<C>(x + b * R * h, w1c + le * h * f, b1c + le * f, hid + b * R * f, rows, h,
+                            f);
       kc::gelu_forward<C>(hid + b * R * f, a + b * R * f, static_cast<std::int64_t>(R) * f);
       kc::linear_forward<C>(a + b * R * f, w2c + le * f * h, nullptr, o + b * R * h, rows, f, h);
     }
@@ -386,8 +384,8 @@ class CpuOps final : public Ops<T> {
     const std::size_t blocks = count_of<T>(sources, experts);
     const std::size_t R = static_cast<std::size_t>(rows);
     In<T> x(in, blocks * R * h), w1c(w1, count_of<T>(experts, h) * f),
-        w2c(w2, count_of<T>(experts, f) * h), hid(hidden, blocks * R * f),
-        a(act, blocks * R * f), dout(d_out, blocks * R * h);
+        w2c(w2, count_of<T>(experts, f) * h), hid(hidden, blocks * R * f), a(act, blocks * R * f),
+        dout(d_out, blocks * R * h);
     Out<T> dx(d_in, blocks * R * h, false);
     std::fill(static_cast<C*>(dx), static_cast<C*>(dx) + blocks * R * h, C(0));
     // The hidden layer's gradient, on the device (so the allocator sees it).
@@ -399,8 +397,8 @@ class CpuOps final : public Ops<T> {
       kc::linear_backward<C>(a + b * R * f, w2c + le * f * h, dout + b * R * h, dh,
                              dw2 + le * f * h, db2 + le * h, rows, f, h);
       kc::gelu_backward<C>(hid + b * R * f, dh, dh, static_cast<std::int64_t>(R) * f);
-      kc::linear_backward<C>(x + b * R * h, w1c + le * h * f, dh, dx + b * R * h,
-                             dw1 + le * h * f, db1 + le * f, rows, h, f);
+      kc::linear_backward<C>(x + b * R * h, w1c + le * h * f, dh, dx + b * R * h, dw1 + le * h * f,
+                             db1 + le * f, rows, h, f);
     }
   }
 
@@ -410,7 +408,8 @@ class CpuOps final : public Ops<T> {
 
   void adamw(M* value, M* m, M* v, const M* g, std::size_t count,
              const kernels::AdamHyper<M>& hyper) override {
-    for (std::size_t k = 0; k < count; ++k) kernels::adamw_update(value[k], m[k], v[k], g[k], hyper);
+    for (std::size_t k = 0; k < count; ++k)
+      kernels::adamw_update(value[k], m[k], v[k], g[k], hyper);
   }
 
   double sum_squares(const void* data, DataType dtype, std::span<const IndexRange> ranges,

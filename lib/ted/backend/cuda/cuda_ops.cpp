@@ -93,13 +93,13 @@ class CudaOps final : public Ops<T> {
                           int seq, int heads, int h) override {
     kc::attention_backward<T>(ctx_, qkv, probs, d_out, d_qkv, batch, seq, heads, h);
   }
-  double cross_entropy_loss(const T* logits, const std::int32_t* targets, int n,
+  double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,
                             int vocab) override {
-    return kc::cross_entropy_loss<T>(ctx_, logits, targets, n, vocab);
+    return kc::cross_entropy_loss<T>(ctx_, logits, targets, log_sum, n, vocab);
   }
-  void cross_entropy_backward(const T* logits, const std::int32_t* targets, T* d_logits, int n,
-                              int vocab, M scale) override {
-    kc::cross_entropy_backward<T>(ctx_, logits, targets, d_logits, n, vocab, scale);
+  void cross_entropy_backward(const T* logits, const std::int32_t* targets, const M* log_sum,
+                              T* d_logits, int n, int vocab, M scale) override {
+    kc::cross_entropy_backward<T>(ctx_, logits, targets, log_sum, d_logits, n, vocab, scale);
   }
 
   void route(const M* logits, int tokens, const model::GateConfig& config,

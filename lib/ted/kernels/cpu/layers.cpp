@@ -174,32 +174,28 @@ void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, 
 }
 
 template <typename T>
-T cross_entropy_loss(const T* logits, const std::int32_t* targets, int n, int vocab) {
+T cross_entropy_loss(const T* logits, const std::int32_t* targets, T* log_sum, int n, int vocab) {
   double total = 0;
   for (int i = 0; i < n; ++i) {
     const T* row = logits + static_cast<std::int64_t>(i) * vocab;
     T max = *std::max_element(row, row + vocab);
     T sum = 0;
     for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max);
-    T log_sum = std::log(sum) + max;
-    total += static_cast<double>(log_sum - row[targets[i]]);
+    log_sum[i] = std::log(sum) + max;
+    total += static_cast<double>(log_sum[i] - row[targets[i]]);
   }
   return static_cast<T>(total / n);
 }
 
 template <typename T>
-void cross_entropy_backward(const T* logits, const std::int32_t* targets, T* d_logits, int n,
-                            int vocab, T scale) {
+void cross_entropy_backward(const T* logits, const std::int32_t* targets, const T* log_sum,
+                            T* d_logits, int n, int vocab, T scale) {
   const T factor = T(1) / n;
   for (int i = 0; i < n; ++i) {
     const T* row = logits + static_cast<std::int64_t>(i) * vocab;
     T* drow = d_logits + static_cast<std::int64_t>(i) * vocab;
-    T max = *std::max_element(row, row + vocab);
-    T sum = 0;
-    for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max);
-    T log_sum = std::log(sum) + max;
     // In place is fine: element j is read before it is written.
-    for (int j = 0; j < vocab; ++j) drow[j] = std::exp(row[j] - log_sum) * factor;
+    for (int j = 0; j < vocab; ++j) drow[j] = std::exp(row[j] - log_sum[i]) * factor;
     drow[targets[i]] -= factor;
     for (int j = 0; j < vocab; ++j) drow[j] *= scale;
   }
@@ -240,8 +236,9 @@ void embedding_backward(const std::int32_t* tokens, const T* dx, T* dtok, T* dpo
   template void gelu_backward<T>(const T*, const T*, T*, std::int64_t);                           \
   template void attention_forward<T>(const T*, T*, T*, int, int, int, int);                       \
   template void attention_backward<T>(const T*, const T*, const T*, T*, int, int, int, int);      \
-  template T cross_entropy_loss<T>(const T*, const std::int32_t*, int, int);                      \
-  template void cross_entropy_backward<T>(const T*, const std::int32_t*, T*, int, int, T);        \
+  template T cross_entropy_loss<T>(const T*, const std::int32_t*, T*, int, int);                  \
+  template void cross_entropy_backward<T>(const T*, const std::int32_t*, const T*, T*, int, int,  \
+                                          T);                                                     \
   template void embedding_forward<T>(const std::int32_t*, const T*, const T*, T*, int, int, int); \
   template void embedding_backward<T>(const std::int32_t*, const T*, T*, T*, int, int, int);
 

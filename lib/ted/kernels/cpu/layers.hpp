@@ -40,13 +40,15 @@ template <typename T>
 void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch, int seq,
                         int heads, int h);
 
-// Mean cross-entropy of logits [n, vocab] against targets.
+// Mean cross-entropy of logits [n, vocab] against targets; keeps each row's log-sum-exp
+// (log_sum [n]) for the backward.
 template <typename T>
-T cross_entropy_loss(const T* logits, const std::int32_t* targets, int n, int vocab);
-// d_logits = ((softmax - onehot) / n) * scale; d_logits may alias logits.
+T cross_entropy_loss(const T* logits, const std::int32_t* targets, T* log_sum, int n, int vocab);
+// d_logits = ((softmax - onehot) / n) * scale from the forward's log_sum; d_logits may alias
+// logits.
 template <typename T>
-void cross_entropy_backward(const T* logits, const std::int32_t* targets, T* d_logits, int n,
-                            int vocab, T scale);
+void cross_entropy_backward(const T* logits, const std::int32_t* targets, const T* log_sum,
+                            T* d_logits, int n, int vocab, T scale);
 
 // x[i] = tok[tokens[i]] + pos[i mod seq]; backward accumulates into both tables.
 template <typename T>

@@ -108,13 +108,14 @@ void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, 
 template <typename T>
 void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_out, T* d_qkv,
                         int batch, int seq, int heads, int h);
+// Keeps each row's log-sum-exp in log_sum [n] for the backward.
 template <typename T>
-double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* targets, int n,
-                          int vocab);
+double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* targets,
+                          float* log_sum, int n, int vocab);
 // d_logits = ((softmax - onehot) / n) * scale, rounded once; may alias logits.
 template <typename T>
-void cross_entropy_backward(Context& ctx, const T* logits, const std::int32_t* targets, T* d_logits,
-                            int n, int vocab, float scale);
+void cross_entropy_backward(Context& ctx, const T* logits, const std::int32_t* targets,
+                            const float* log_sum, T* d_logits, int n, int vocab, float scale);
 template <typename T>
 void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, const T* pos, T* x,
                        int n, int seq, int h);

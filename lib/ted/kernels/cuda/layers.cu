@@ -184,24 +184,27 @@ __device__ float row_log_sum(const T* row, int vocab, float* shared) {
 
 template <typename T>
 __global__ void cross_entropy_loss_kernel(const T* logits, const std::int32_t* targets,
-                                          float* row_loss, int vocab) {
+                                          float* log_sum, float* row_loss, int vocab) {
   __shared__ float shared[32];
   const T* row = logits + static_cast<std::size_t>(blockIdx.x) * vocab;
-  const float log_sum = row_log_sum(row, vocab, shared);
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = log_sum - load(row[targets[blockIdx.x]]);
+  const float lse = row_log_sum(row, vocab, shared);
+  if (threadIdx.x == 0) {
+    log_sum[blockIdx.x] = lse;
+    row_loss[blockIdx.x] = lse - load(row[targets[blockIdx.x]]);
+  }
 }
 
-// The CPU's order: (p * factor, minus factor at the target) * scale, rounded once. In place
-// is fine: row_log_sum's barriers end every read of the row before the first write.
+// The CPU's order: (p * factor, minus factor at the target) * scale, rounded once. Element j
+// is read before it is written, so in place is fine.
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const std::int32_t* targets,
-                                              T* d_logits, int vocab, float factor, float scale) {
-  __shared__ float shared[32];
+                                              const float* log_sum, T* d_logits, int vocab,
+                                              float factor, float scale) {
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * vocab;
-  const float log_sum = row_log_sum(logits + base, vocab, shared);
+  const float lse = log_sum[blockIdx.x];
   const int target = targets[blockIdx.x];
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float g = expf(load(logits[base + j]) - log_sum) * factor;
+    float g = expf(load(logits[base + j]) - lse) * factor;
     if (j == target) g -= factor;
     d_logits[base + j] = store<T>(g * scale);
   }
@@ -410,13 +413,13 @@ void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_o
 }
 
 template <typename T>
-double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* targets, int n,
-                          int vocab) {
+double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* targets,
+                          float* log_sum, int n, int vocab) {
   if (n == 0) return 0.0;
   Tensor<float> row_loss(ctx.device(), static_cast<std::size_t>(n));
   Tensor<double> total = zeros<double>(ctx.device(), 1);
   cross_entropy_loss_kernel<T>
-      <<<n, kThreads, 0, stream(ctx)>>>(logits, targets, row_loss.data(), vocab);
+      <<<n, kThreads, 0, stream(ctx)>>>(logits, targets, log_sum, row_loss.data(), vocab);
   check_launch();
   sum_kernel<<<blocks_for(n), kThreads, 0, stream(ctx)>>>(row_loss.data(), n, total.data());
   check_launch();
@@ -426,11 +429,11 @@ double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* tar
 }
 
 template <typename T>
-void cross_entropy_backward(Context& ctx, const T* logits, const std::int32_t* targets, T* d_logits,
-                            int n, int vocab, float scale) {
+void cross_entropy_backward(Context& ctx, const T* logits, const std::int32_t* targets,
+                            const float* log_sum, T* d_logits, int n, int vocab, float scale) {
   if (n == 0) return;
   cross_entropy_backward_kernel<T><<<n, kThreads, 0, stream(ctx)>>>(
-      logits, targets, d_logits, vocab, 1.0f / static_cast<float>(n), scale);
+      logits, targets, log_sum, d_logits, vocab, 1.0f / static_cast<float>(n), scale);
   check_launch();
 }
 
@@ -483,9 +486,10 @@ TED_INSTANTIATE_CONVERT_FROM(BFloat16)
   template void attention_forward<T>(Context&, const T*, T*, T*, int, int, int, int);            \
   template void attention_backward<T>(Context&, const T*, const T*, const T*, T*, int, int, int, \
                                       int);                                                      \
-  template double cross_entropy_loss<T>(Context&, const T*, const std::int32_t*, int, int);      \
-  template void cross_entropy_backward<T>(Context&, const T*, const std::int32_t*, T*, int, int, \
-                                          float);                                                \
+  template double cross_entropy_loss<T>(Context&, const T*, const std::int32_t*, float*, int,    \
+                                        int);                                                    \
+  template void cross_entropy_backward<T>(Context&, const T*, const std::int32_t*, const float*, \
+                                          T*, int, int, float);                                  \
   template void embedding_forward<T>(Context&, const std::int32_t*, const T*, const T*, T*, int, \
                                      int, int);                                                  \
   template void embedding_backward<T>(Context&, const std::int32_t*, const T*, float*, float*,   \
