@@ -1,6 +1,6 @@
-// ted_ablation: the paper's ablation (TED.md section 6) — TED-baseline, +DTD, +CAC, +both, and
-// our reduce-scatter variant, on one model and one layout. Per system: time per iteration split
-// into compute and communication, and the ledger's bytes per collective kind.
+// ted_ablation: the paper's ablation (docs/algorithm.md section 6) — TED-baseline, +DTD, +CAC,
+// +both, and our reduce-scatter variant, on one model and one layout. Per system: time per
+// iteration split into compute and communication, and the ledger's bytes per collective kind.
 //
 //   mpirun -np 4 --oversubscribe build/apps/ted_ablation -c experiments/ablation/cpu.yaml
 #include "ted/experiments/harness.hpp"

@@ -1,4 +1,4 @@
-// ted_memory: memory per rank, measured by the tracking allocator (TED.md section 6).
+// ted_memory: memory per rank, measured by the tracking allocator (docs/algorithm.md section 6).
 //  1. for each layout of the sweep (sweep.ranks/tp/ep), the base model's peak bytes per rank by
 //     category (parameters, gradients, optimizer state, activations, communication, CAC stash,
 //     optimizer temporaries), for every system;

@@ -1,6 +1,6 @@
 // ted_strong_scaling: one fixed MoE model and one fixed global batch over growing rank counts
-// (TED.md section 6). data.micro_batches is the number of micro-batches of the whole step; each
-// point gives every data-parallel rank its share.
+// (docs/algorithm.md section 6). data.micro_batches is the number of micro-batches of the whole
+// step; each point gives every data-parallel rank its share.
 //
 //   mpirun -np 4 --oversubscribe build/apps/ted_strong_scaling -c
 //   experiments/strong_scaling/cpu.yaml

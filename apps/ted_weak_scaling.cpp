@@ -1,5 +1,6 @@
-// ted_weak_scaling: the base model grows with the rank count, experts fixed (TED.md section 6);
-// each point runs every system (TED and DeepSpeed-MoE, i.e. T = 1) with the same per-rank batch.
+// ted_weak_scaling: the base model grows with the rank count, experts fixed (docs/algorithm.md
+// section 6); each point runs every system (TED and DeepSpeed-MoE, i.e. T = 1) with the same
+// per-rank batch.
 //
 //   mpirun -np 4 --oversubscribe build/apps/ted_weak_scaling -c experiments/weak_scaling/cpu.yaml
 #include "ted/experiments/harness.hpp"

@@ -1,5 +1,5 @@
 // The TED process grid: coordinates and groups for every factorisation of every G from 1 to 16,
-// the worked example of TED.md section 3, and the layout errors.
+// the worked example of docs/algorithm.md section 3, and the layout errors.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -35,7 +35,7 @@ TEST_CASE("coordinates and groups for every layout of G = 1..16") {
       const int T = layout.tensor, Ep = layout.expert, D = layout.data;
       for (int r = 0; r < G; ++r) {
         auto c = grid.coords(r);
-        // Tensor fastest (TED.md section 3).
+        // Tensor fastest (docs/algorithm.md section 3).
         REQUIRE(c.tensor == r % T);
         REQUIRE(c.expert == (r / T) % Ep);
         REQUIRE(c.data == r / (T * Ep));
@@ -55,7 +55,7 @@ TEST_CASE("coordinates and groups for every layout of G = 1..16") {
             REQUIRE(grid.group_members(m, kind) == members);
             REQUIRE(grid.group_color(m, kind) == grid.group_color(r, kind));
             auto cm = grid.coords(m), cr = grid.coords(r);
-            // The coordinates a group shares (TED.md section 3).
+            // The coordinates a group shares (docs/algorithm.md section 3).
             switch (kind) {
               case GroupKind::tensor:
                 REQUIRE((cm.expert == cr.expert && cm.data == cr.data));
@@ -89,7 +89,7 @@ TEST_CASE("coordinates and groups for every layout of G = 1..16") {
   }
 }
 
-TEST_CASE("the worked example of TED.md: G=16, T=2, Ep=4") {
+TEST_CASE("the worked example of docs/algorithm.md section 3: G=16, T=2, Ep=4") {
   ted::ProcessGrid grid(16, ted::resolve_layout(16, 2, 4, 0));
   CHECK(grid.layout().data == 2);
   using V = std::vector<int>;

@@ -1,4 +1,4 @@
-// Gating on hand-made inputs (TED.md section 2): capacity arithmetic, which tokens are
+// Gating on hand-made inputs (docs/algorithm.md section 2): capacity arithmetic, which tokens are
 // dropped (by position and by RTS), first choices winning over second, renormalised top-2
 // weights, dropless mode, the noisy second choice, and the aux loss value.
 #include <catch2/catch.hpp>

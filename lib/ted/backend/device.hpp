@@ -1,6 +1,6 @@
 // The narrow device line: where buffers live and how bytes move between them and the host.
 // The CPU device is plain host memory; the CUDA device is one GPU with its own stream.
-// Model and communication code sees only this interface (STYLE.md, "A narrow backend line").
+// Model and communication code sees only this interface (docs/backends.md).
 #pragma once
 
 #include <cstddef>

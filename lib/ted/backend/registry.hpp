@@ -1,4 +1,4 @@
-// The one place that knows which backends this build has (STYLE.md point 2): the kernel table
+// The one place that knows which backends this build has (docs/backends.md): the kernel table
 // of a device, this rank's device, and the communicators that carry a device's buffers.
 //   device cpu  + comm mpi   host memory over MPI (the default)
 //   device cuda + comm nccl  GPU memory over NCCL (clusters: one GPU per rank)

@@ -2,7 +2,8 @@
 // what a schedule moves. One ledger per rank, shared by all of that rank's communicators.
 //
 // Byte convention (logical buffer sizes, independent of the algorithm the library picks; these
-// are the counts TED.md section 7 uses). n = group size, w = element size, counts in elements:
+// are the counts docs/algorithm.md section 7 uses). n = group size, w = element size, counts in
+// elements:
 //   all_reduce(count)              sent = count*w            recv = count*w
 //   all_gather(count per rank)     sent = count*w            recv = n*count*w
 //   reduce_scatter(count per rank) sent = n*count*w          recv = count*w
@@ -35,7 +36,8 @@ enum class CollectiveOp : std::uint8_t {
 };
 inline constexpr std::size_t kCollectiveOpCount = 7;
 
-// Which of a rank's groups a communicator spans (TED.md section 3); `custom` for any other split.
+// Which of a rank's groups a communicator spans (docs/algorithm.md section 3); `custom` for any
+// other split.
 enum class GroupKind : std::uint8_t { world, tensor, expert, expert_data, nonexpert_data, custom };
 inline constexpr std::size_t kGroupKindCount = 6;
 

@@ -1,4 +1,4 @@
-// The one harness behind every experiment executable (STYLE.md point 1): its YAML config, the
+// The one harness behind every experiment executable: its YAML config, the
 // systems it compares, measuring one configuration (warm-up, timed iterations, median/p10/p90,
 // ledger bytes, allocator peaks, final loss), the progress line, and the CSV row.
 //
@@ -52,7 +52,7 @@ struct ExperimentConfig {
 ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
                              const std::string& experiment);
 
-// A system of the paper (TED.md section 3): which layout family and which switches.
+// A system of the paper (docs/algorithm.md section 3): which layout family and which switches.
 //   deepspeed-moe   T = 1 (expert + data parallelism only)
 //   ted-baseline    TED without the optimisations
 //   ted             TED with DTD and CAC

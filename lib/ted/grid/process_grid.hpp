@@ -1,4 +1,4 @@
-// The TED process grid (TED.md section 3): G = T x Ep x D ranks, tensor fastest.
+// The TED process grid (docs/algorithm.md section 3): G = T x Ep x D ranks, tensor fastest.
 // Rank r has coordinates t = r mod T, e = (r / T) mod Ep, d = r / (T * Ep), and four groups:
 //   tensor          (size T)       same (e, d)  - Megatron all-reduces
 //   expert          (size Ep)      same (t, d)  - the MoE all-to-alls

@@ -1,5 +1,5 @@
-// The shape of the MoE GPT (TED.md section 1) and its gating, with the rules a config must
-// keep. Key names match the YAML keys of the training driver (model.*, gating.*).
+// The shape of the MoE GPT (docs/algorithm.md section 1) and its gating, with the rules a config
+// must keep. Key names match the YAML keys of the training driver (model.*, gating.*).
 #pragma once
 
 #include <cstdint>

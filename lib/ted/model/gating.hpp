@@ -1,5 +1,5 @@
-// MoE gating with DeepSpeed-MoE semantics (TED.md section 2), on the S tokens of one gating
-// group (one micro-batch on one rank):
+// MoE gating with DeepSpeed-MoE semantics (docs/algorithm.md section 2), on the S tokens of one
+// gating group (one micro-batch on one rank):
 //   probs = softmax(logits); choice 1 = argmax; choice 2 = argmax of the rest (optionally on
 //   logits + Gumbel noise). Capacity C = ceil(k * cf * S / E), at least min_capacity; dropless:
 //   C = the largest expert load. Slots are filled round by round: all first choices (by

@@ -1,4 +1,4 @@
-// The MoE GPT, forward and backward written out (TED.md section 1): token + position
+// The MoE GPT, forward and backward written out (docs/algorithm.md section 1): token + position
 // embedding, pre-LN blocks (causal multi-head attention, then a dense GeLU FFN or, every
 // expert_interval-th block, an MoE FFN), final LayerNorm, LM head, cross-entropy.
 // Loss = LM loss + aux_coeff * sum over MoE layers of the aux loss.
@@ -43,8 +43,8 @@ struct Losses {
   int dropped = 0;  // choices dropped by capacity, all MoE layers
 };
 
-// How a model is split over a TED grid (TED.md section 3). Default: one process, the reference.
-// The communicators carry device buffers.
+// How a model is split over a TED grid (docs/algorithm.md section 3). Default: one process, the
+// reference. The communicators carry device buffers.
 struct ModelParallel {
   Communicator* tensor = nullptr;  // Megatron tensor parallelism (size T); null: T = 1
   Communicator* expert = nullptr;  // expert parallelism, the all-to-alls (size Ep); null: Ep = 1

@@ -1,4 +1,4 @@
-// One MoE FFN layer on the tokens of one gating group (TED.md section 4):
+// One MoE FFN layer on the tokens of one gating group (docs/algorithm.md section 4):
 // gate logits x Wg -> routing -> dispatch buffer [E, C, h] (gathered by slot, empty slots 0)
 // -> exchange to the experts -> per expert: GeLU(X W1 + b1) W2 + b2 -> exchange back ->
 // combine y[s] = sum_k w_k * out[e_k, slot_k].

@@ -1,6 +1,6 @@
 // Counter-based random numbers: every draw is a pure function of its key, so every
 // factorisation of a run (layouts, micro-batching, recomputation) makes the same choices
-// (TED.md section 2). Keys are (seed, stream, a, b, c); streams keep purposes apart.
+// (docs/algorithm.md section 2). Keys are (seed, stream, a, b, c); streams keep purposes apart.
 #pragma once
 
 #include <cmath>

@@ -1,8 +1,8 @@
 // Where the elements of a parameter shard sit in the whole tensor: a plain struct and one
 // TED_HOST_DEVICE function, so the CPU and a GPU kernel initialise a shard with the same keys
-// (an element's initial value is keyed by its index in the whole tensor, TED.md section 2).
-// Up to kMaxDims dimensions, each whole or cut into up to kMaxSegments segments
-// (start, length) of the full dimension; elements are row-major, the last dimension fastest.
+// (an element's initial value is keyed by its index in the whole tensor, docs/algorithm.md section
+// 2). Up to kMaxDims dimensions, each whole or cut into up to kMaxSegments segments (start, length)
+// of the full dimension; elements are row-major, the last dimension fastest.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-// Peak memory per rank by category, from first principles (TED.md sections 3-5): parameters,
-// gradients and Adam state with ZeRO-1 sharding per data group, activations with or without
-// checkpointing, the CAC stash, the communication buffers of the MoE exchange and the
+// Peak memory per rank by category, from first principles (docs/algorithm.md sections 3-5):
+// parameters, gradients and Adam state with ZeRO-1 sharding per data group, activations with or
+// without checkpointing, the CAC stash, the communication buffers of the MoE exchange and the
 // optimizer, and the optimizer's temporary spike with or without tiles. The tests hold it to
 // the tracking allocator's peaks of real runs on the CPU backend (within 5%). With 16-bit
 // elements (element_bytes 2) it is mixed precision as the trainer runs it: 16-bit weights,

@@ -31,7 +31,7 @@ struct DataConfig {
   int micro_batches = 1;  // accumulated per optimizer step
 };
 
-// The TED layout and switches (TED.md sections 3-5).
+// The TED layout and switches (docs/algorithm.md sections 3-5).
 struct ParallelConfig {
   int tp = 1;
   int ep = 1;
