@@ -134,8 +134,8 @@ class Ops {
   // One AdamW update (kernels/adamw.hpp) of count elements with their clipped gradient g.
   virtual void adamw(M* value, M* m, M* v, const M* g, std::size_t count,
                      const kernels::AdamHyper<M>& hyper) = 0;
-  // initial + the sum of squares over the ranges, accumulated in fp64 in order (a host value;
-  // `initial` lets sums over several buffers add up in one order).
+  // initial + the sum of squares over the ranges, accumulated in fp64 (a host value; on the CPU
+  // in order, and `initial` lets sums over several buffers add up in one order).
   virtual double sum_squares(const void* data, DataType dtype, std::span<const IndexRange> ranges,
                              double initial) = 0;
   // Whether any of count elements is inf or NaN (a host value): fp16's overflow check.

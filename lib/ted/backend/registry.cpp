@@ -112,10 +112,10 @@ void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks) {
                       " GPU(s) on this node; use comm mpi (host-staged) to share GPUs");
 }
 
-std::unique_ptr<Device> make_device(DeviceKind kind) {
+std::unique_ptr<Device> make_device(DeviceKind kind, MPI_Comm ranks) {
   require_backend(kind, CommBackend::mpi);
   if (kind == DeviceKind::cpu) return make_cpu_device();
-  return make_gpu_device(node_rank_and_size(MPI_COMM_WORLD).first % gpu_count());
+  return make_gpu_device(node_rank_and_size(ranks).first % gpu_count());
 }
 
 std::unique_ptr<Communicator> make_device_communicator(CommBackend comm, Device& device,

@@ -41,8 +41,8 @@ std::unique_ptr<Device> make_gpu_device(int ordinal = 0);
 void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks = MPI_COMM_NULL);
 
 // This rank's device: the CPU, or GPU (local rank mod the visible GPUs), where the local rank
-// is this rank's index among the ranks of its node.
-std::unique_ptr<Device> make_device(DeviceKind kind);
+// is this rank's index among the ranks of `ranks` on its node. Collective over `ranks` for cuda.
+std::unique_ptr<Device> make_device(DeviceKind kind, MPI_Comm ranks = MPI_COMM_WORLD);
 
 // A communicator over the ranks of `ranks` (which it duplicates) carrying `device`'s buffers
 // with `comm` (the table above). NCCL needs one GPU per rank of a node: sharing is a

@@ -143,10 +143,11 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
   Result result;
   if (active) {
     const auto& run = point.train.run;
-    auto base = make_device(parse_device_kind(run.backend));
-    TrackingDevice device(*base);
     auto* host = dynamic_cast<MpiCommunicator*>(ranks.get());
     TED_CHECK(host != nullptr, "the experiments' world must be MPI on host memory");
+    // Over the point's ranks only: the others are not here.
+    auto base = make_device(parse_device_kind(run.backend), host->native_handle());
+    TrackingDevice device(*base);
     auto device_world = make_device_communicator(parse_comm_backend(run.comm), device,
                                                  host->native_handle(), nullptr);
     result.device = device.name();

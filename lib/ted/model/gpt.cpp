@@ -190,7 +190,7 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
       const RoutingStats stats =
           moe_forward<T>(ops, a.ln2.data() + offset, out + offset, shape, config_.gate, key,
-                         moe_params(ids), exchange, a.moe[g]);
+                         moe_params(ids), exchange, a.moe[g], !recompute);
       a.aux += static_cast<M>(stats.aux);
       a.dropped += stats.dropped;
       // Unsplit experts compute on their tensor rank's capacity slice only.

@@ -145,7 +145,7 @@ template <typename T>
 RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
                          const GateConfig& config, const RoutingKey& key,
                          const MoeParams<T>& params, const MoeExchange& exchange_cfg,
-                         MoeActivations<T>& acts) {
+                         MoeActivations<T>& acts, bool read_stats) {
   using M = master_t<T>;
   Device& device = ops.device();
   const int S = shape.tokens, E = shape.experts, h = shape.hidden;
@@ -243,7 +243,7 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
     copy(device, acts.returned.data(), came_back, full);
 
   ops.combine(acts.returned.data(), r, y, h, p.Cp);
-  return ops.routing_stats(r);
+  return read_stats ? ops.routing_stats(r) : RoutingStats{};
 }
 
 template <typename T>
@@ -328,7 +328,7 @@ double moe_forward_flops(const MoeShape& shape, int local_expert_rows) {
 #define TED_INSTANTIATE_MOE(T)                                                                     \
   template RoutingStats moe_forward<T>(Ops<T>&, const T*, T*, const MoeShape&, const GateConfig&,  \
                                        const RoutingKey&, const MoeParams<T>&, const MoeExchange&, \
-                                       MoeActivations<T>&);                                        \
+                                       MoeActivations<T>&, bool);                                  \
   template void moe_backward<T>(Ops<T>&, const T*, const T*, T*, const MoeShape&,                  \
                                 const MoeParams<T>&, const MoeExchange&, const MoeActivations<T>&, \
                                 master_t<T>, const MoeGrads<master_t<T>>&);

@@ -81,12 +81,13 @@ struct MoeShape {
 };
 
 // Overwrites y [tokens, h]; fills acts. Returns the group's routing statistics (aux loss and
-// dropped choices).
+// dropped choices) when `read_stats` (a read-back that waits for the device; the checkpoint
+// recompute, which already has them, skips it), else zeros.
 template <typename T>
 RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
                          const GateConfig& config, const RoutingKey& key,
                          const MoeParams<T>& params, const MoeExchange& exchange,
-                         MoeActivations<T>& acts);
+                         MoeActivations<T>& acts, bool read_stats = true);
 
 // Accumulates into dx and the gradients; aux_scale multiplies d aux (aux_coeff x loss scale).
 template <typename T>

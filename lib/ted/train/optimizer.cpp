@@ -37,6 +37,8 @@ AdamW<T>::AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Ops<T
                 const OptimizerParallel& parallel)
     : params_(params), config_(config), parallel_(parallel), ops_(ops), device_(ops.device()) {
   config_.validate();
+  TED_CHECK(parallel_.control || (!parallel_.dense_group && !parallel_.expert_group),
+            "a distributed optimizer needs a control world (the norm, the overflow flag)");
   struct Segment {  // a tensor of the flat buffers
     std::size_t begin, end;
     bool decay, counted;
@@ -139,8 +141,6 @@ OptimizerStep AdamW<T>::step(int step, int total_steps, double loss_scale, bool 
     std::int32_t overflow = 0;
     for (std::size_t i = 0; i < parts_.size(); ++i)
       overflow |= ops_.has_non_finite(grad_of(i), grad_type, parts_[i].count) ? 1 : 0;
-    TED_CHECK(parallel_.control || !parts_[0].group,
-              "a distributed optimizer needs a control world");
     if (parallel_.control)
       parallel_.control->all_reduce(&overflow, &overflow, 1, DataType::i32, ReduceOp::max);
     if (overflow) {

@@ -75,44 +75,6 @@ std::size_t count_of(int a, int b) {
   return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
 }
 
-// Element-wise conversion through double (exact for every pair the model converts: fp32 <->
-// fp64, and 16-bit <-> fp32, whose round trip through double is exact).
-template <typename S>
-double load_as(const S* src, std::size_t i) {
-  return static_cast<double>(widen(src[i]));
-}
-template <typename D>
-void store_as(D* dst, std::size_t i, double value) {
-  dst[i] = narrow<D>(static_cast<master_t<D>>(value));
-}
-
-template <typename S, typename D>
-void convert_typed(const void* src, void* dst, std::size_t count) {
-  const S* in = static_cast<const S*>(src);
-  D* out = static_cast<D*>(dst);
-  if constexpr (std::is_same_v<S, D>) {
-    if (in != out) std::copy(in, in + count, out);
-  } else {
-    for (std::size_t i = 0; i < count; ++i) store_as(out, i, load_as(in, i));
-  }
-}
-
-template <typename S>
-void convert_from(const void* src, void* dst, DataType dst_type, std::size_t count) {
-  switch (dst_type) {
-    case DataType::f32:
-      return convert_typed<S, float>(src, dst, count);
-    case DataType::f64:
-      return convert_typed<S, double>(src, dst, count);
-    case DataType::f16:
-      return convert_typed<S, Half>(src, dst, count);
-    case DataType::bf16:
-      return convert_typed<S, BFloat16>(src, dst, count);
-    default:
-      throw Error("convert: " + std::string(to_string(dst_type)) + " is not a floating type");
-  }
-}
-
 // Calls f with a typed pointer for a floating-point buffer.
 template <typename F>
 auto with_typed(const void* data, DataType dtype, F&& f) {
@@ -152,20 +114,13 @@ class CpuOps final : public Ops<T> {
     }
   }
 
+  // Through double: exact for every pair the model converts (fp32 <-> fp64, and 16-bit <-> fp32,
+  // whose round trip through double is exact), with the shared rounding of core/dtype.hpp.
   void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
                std::size_t count) override {
-    switch (src_type) {
-      case DataType::f32:
-        return convert_from<float>(src, dst, dst_type, count);
-      case DataType::f64:
-        return convert_from<double>(src, dst, dst_type, count);
-      case DataType::f16:
-        return convert_from<Half>(src, dst, dst_type, count);
-      case DataType::bf16:
-        return convert_from<BFloat16>(src, dst, dst_type, count);
-      default:
-        throw Error("convert: " + std::string(to_string(src_type)) + " is not a floating type");
-    }
+    if (src == dst && src_type == dst_type) return;
+    for (std::size_t i = 0; i < count; ++i)
+      store_from_double(dst, dst_type, i, load_as_double(src, src_type, i));
   }
 
   void init_normal(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key, double std,

@@ -21,10 +21,6 @@ Context::~Context() {
   if (impl_ && impl_->blas) cublasDestroy(impl_->blas);
 }
 
-void Context::synchronize() {
-  TED_CHECK_CUDA(cudaStreamSynchronize(impl_->stream));
-}
-
 namespace {
 
 template <typename T>

@@ -35,7 +35,6 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   Device& device() { return device_; }  // allocations go here (it may be a tracking wrapper)
-  void synchronize();
   struct Impl;
   Impl& impl() { return *impl_; }
 

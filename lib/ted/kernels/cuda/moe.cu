@@ -48,9 +48,9 @@ __global__ void gate_kernel(const float* logits, int tokens, int experts, int to
                                              (key.first_token + s) * experts + e));
       if (score > best) best = score, second = e;
     }
-    expert[s * top_k + 1] = second;
+    expert[s * top_k + 1] = second;  // -1 when every score is NaN (an overflowed forward)
     slot[s * top_k + 1] = -1;
-    gate_value[s * top_k + 1] = p[second];
+    gate_value[s * top_k + 1] = second >= 0 ? p[second] : 0.0f;
   }
 }
 
@@ -70,7 +70,7 @@ __global__ void iota_kernel(std::int32_t* order, int tokens) {
 
 __global__ void load_kernel(const std::int32_t* expert, int choices, std::int32_t* load) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < choices) atomicAdd(load + expert[i], 1);
+  if (i < choices && expert[i] >= 0) atomicAdd(load + expert[i], 1);
 }
 
 // One warp per expert. Round k walks the tokens in priority order, 32 at a time; a ballot

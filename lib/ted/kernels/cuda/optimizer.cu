@@ -22,16 +22,26 @@ __global__ void scale_copy_kernel(const float* g, float* out, std::size_t count,
   TED_GRID_STRIDE(i, count) out[i] = g[i] * scale;
 }
 
+// Squares accumulated in fp64 (as the CPU does), per thread, then per warp and per block; the
+// blocks' sums meet in one atomic add, so the order of that last sum is the GPU's.
 template <typename T>
 __global__ void sum_squares_kernel(const T* values, std::size_t count, double* total) {
-  __shared__ float shared[32];
-  float part = 0;
+  __shared__ double shared[32];
+  double part = 0;
   TED_GRID_STRIDE(i, count) {
-    const float x = load(values[i]);
+    const double x = load(values[i]);
     part += x * x;
   }
-  part = block_sum(part, shared);
-  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(part));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    part += __shfl_xor_sync(0xffffffffu, part, offset);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) shared[warp] = part;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double block = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) block += shared[w];
+    atomicAdd(total, block);
+  }
 }
 
 template <typename T>
