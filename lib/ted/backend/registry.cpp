@@ -34,10 +34,6 @@ int gpu_count() {
 #endif
 }
 
-std::string_view to_string(DeviceKind kind) {
-  return kind == DeviceKind::cpu ? "cpu" : "cuda";
-}
-
 DeviceKind parse_device_kind(std::string_view name) {
   if (name == "cpu") return DeviceKind::cpu;
   if (name == "cuda") return DeviceKind::cuda;

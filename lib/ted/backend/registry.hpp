@@ -23,7 +23,6 @@ bool cuda_compiled();  // the CUDA backend was built (nvcc found at configure ti
 bool nccl_compiled();  // the NCCL backend was built
 int gpu_count();       // GPUs visible to this process; 0 without CUDA, driver or GPU
 
-std::string_view to_string(DeviceKind kind);
 DeviceKind parse_device_kind(std::string_view name);  // "cpu" or "cuda"; ConfigError otherwise
 
 // The kernel table of `device`'s backend for storage type T (float, double, Half, BFloat16).

@@ -55,7 +55,6 @@ struct Trainer::Core {
   virtual StepRecord step(int step) = 0;
   virtual double fingerprint() = 0;
   virtual const model::ParamLayout& params() const = 0;
-  virtual DataType dtype() const = 0;
   std::unique_ptr<TokenSource> source;
   std::function<void(int, void*, DataType)> before_update;
   std::function<void(const std::vector<GradientShard>&)> probe;
@@ -149,7 +148,6 @@ class TypedCore final : public Trainer::Core {
   }
 
   const model::ParamLayout& params() const override { return model_.params().layout(); }
-  DataType dtype() const override { return dtype_of<T>::value; }
 
  private:
   TrainConfig config_;
@@ -193,9 +191,6 @@ const model::ParamLayout& Trainer::params() const {
 }
 const TokenSource& Trainer::source() const {
   return *core_->source;
-}
-DataType Trainer::dtype() const {
-  return core_->dtype();
 }
 void Trainer::set_gradient_probe(std::function<void(const std::vector<GradientShard>&)> probe) {
   core_->probe = std::move(probe);

@@ -54,7 +54,6 @@ class Trainer {
   double fingerprint();
   const model::ParamLayout& params() const;
   const TokenSource& source() const;
-  DataType dtype() const;  // the storage type of activations and weight copies
 
   // Test hooks. The probe sees host copies of the reduced gradient shards before each update;
   // before_update(step, grads) runs after backward, with the rank's flat gradient buffer (on
