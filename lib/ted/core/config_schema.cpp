@@ -4,8 +4,11 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "ted/core/error.hpp"
@@ -28,7 +31,9 @@ bool parse_double(const std::string& text, double* out) {
   char* end = nullptr;
   errno = 0;
   double value = std::strtod(text.c_str(), &end);
-  if (errno != 0 || end != text.c_str() + text.size()) return false;
+  // inf and nan parse, but no key of any config means them: they would only surface later
+  // as dropped tokens or a NaN loss.
+  if (errno != 0 || end != text.c_str() + text.size() || !std::isfinite(value)) return false;
   *out = value;
   return true;
 }
@@ -63,8 +68,9 @@ void ConfigSchema::add(const std::string& key, std::uint64_t* target) {
 }
 
 void ConfigSchema::add(const std::string& key, double* target) {
-  add_entry(key, {"a number", [target](const std::string& t) { return parse_double(t, target); },
-                  [target] { return number_text(*target); }});
+  add_entry(key,
+            {"a finite number", [target](const std::string& t) { return parse_double(t, target); },
+             [target] { return number_text(*target); }});
 }
 
 void ConfigSchema::add(const std::string& key, bool* target) {
@@ -80,6 +86,11 @@ void ConfigSchema::add(const std::string& key, bool* target) {
 void ConfigSchema::add(const std::string& key, std::string* target) {
   add_entry(key, {"a string", [target](const std::string& t) { return *target = t, true; },
                   [target] { return *target; }});
+}
+
+void ConfigSchema::add_path(const std::string& key, std::string* target) {
+  add(key, target);
+  entries_[key].path = true;
 }
 
 void ConfigSchema::add(const std::string& key, std::vector<int>* target) {
@@ -147,6 +158,43 @@ void ConfigSchema::set_value(const std::string& key, const std::string& text,
   if (!it->second.parse(text))
     throw ConfigError(where + ": key '" + key + "' must be " + it->second.type + ", got '" + text +
                       "'");
+  given_.insert(key);
+}
+
+bool ConfigSchema::given(const std::string& key) const {
+  return given_.count(key) != 0;
+}
+
+void ConfigSchema::require(const std::vector<std::string>& keys, const std::string& where,
+                           const std::string& why) const {
+  for (const auto& key : keys)
+    if (!given(key)) throw ConfigError(where + ": key '" + key + "' is missing (" + why + ")");
+}
+
+void at_least(long long value, long long minimum, const std::string& key) {
+  if (value < minimum)
+    throw ConfigError(key + " must be at least " + std::to_string(minimum) + ", got " +
+                      std::to_string(value));
+}
+
+void in_range(long long value, long long minimum, long long maximum, const std::string& key) {
+  at_least(value, minimum, key);
+  if (value > maximum)
+    throw ConfigError(key + " must be at most " + std::to_string(maximum) + ", got " +
+                      std::to_string(value));
+}
+
+void check_readable_file(const std::string& path, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const auto status = fs::status(path, error);
+  if (!fs::exists(status)) throw ConfigError(what + " '" + path + "' does not exist");
+  if (fs::is_directory(status))
+    throw ConfigError(what + " '" + path + "' is a directory, not a file");
+  if (!fs::is_regular_file(status))
+    throw ConfigError(what + " '" + path + "' is not a regular file");
+  std::ifstream probe(path);
+  if (!probe) throw ConfigError(what + " '" + path + "' cannot be read: " + std::strerror(errno));
 }
 
 void ConfigSchema::set(const std::string& assignment, const std::string& origin) {
@@ -156,9 +204,25 @@ void ConfigSchema::set(const std::string& assignment, const std::string& origin)
   set_value(assignment.substr(0, equals), assignment.substr(equals + 1), origin);
 }
 
+namespace {
+// `name` as given when it exists (or is absolute or empty), else the first that exists of
+// <folder of yaml>/name, <its parent>/name, ...; unchanged when none does (the check that
+// follows names it).
+std::string locate(const std::string& name, const std::string& yaml) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (name.empty() || fs::path(name).is_absolute() || fs::exists(name, error)) return name;
+  for (fs::path folder = fs::absolute(yaml, error).parent_path(); !folder.empty();
+       folder = folder.parent_path()) {
+    if (fs::exists(folder / name, error)) return (folder / name).lexically_normal().string();
+    if (folder == folder.parent_path()) break;
+  }
+  return name;
+}
+}  // namespace
+
 void ConfigSchema::load_yaml(const std::string& path) {
-  std::ifstream probe(path);
-  if (!probe) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
+  check_readable_file(path, "config");
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -170,8 +234,12 @@ void ConfigSchema::load_yaml(const std::string& path) {
   if (!root.IsMap()) throw ConfigError(path + ": the top level must be a map of sections");
   std::function<void(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& node,
                                                                         const std::string& prefix) {
+    std::set<std::string> seen;  // yaml-cpp keeps both of two equal keys; we refuse them
     for (const auto& item : node) {
       std::string key = prefix + item.first.as<std::string>();
+      if (!seen.insert(key).second)
+        throw ConfigError(path + ": key '" + key + "' appears twice (line " +
+                          std::to_string(item.first.Mark().line + 1) + ")");
       const YAML::Node& value = item.second;
       auto known = entries_.find(key);
       if (value.IsSequence() && known != entries_.end() && known->second.list) {
@@ -185,6 +253,8 @@ void ConfigSchema::load_yaml(const std::string& path) {
         set_value(key, joined, path);
       } else if (value.IsMap()) {
         walk(value, key + ".");
+      } else if (value.IsScalar() && known != entries_.end() && known->second.path) {
+        set_value(key, locate(value.Scalar(), path), path);
       } else if (value.IsScalar()) {
         set_value(key, value.Scalar(), path);
       } else if (entries_.count(key)) {

@@ -1,12 +1,14 @@
 // Typed configuration keys bound to variables, filled from a YAML file and from command-line
 // overrides (--set section.key=value). Nested YAML maps make dotted keys ("model.hidden").
 // Every problem is a ConfigError of one line naming where (file or --set), the key and the
-// rule: an unknown key, a value of the wrong type, a missing or unreadable file.
+// rule: an unknown key, a key given twice in one map, a value of the wrong type (numbers must
+// be finite), a missing, unreadable or directory path.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,10 @@ class ConfigSchema {
   void add(const std::string& key, double* target);
   void add(const std::string& key, bool* target);
   void add(const std::string& key, std::string* target);
+  // A file path. Relative in a YAML file: as given when that exists from the working folder,
+  // else found from the YAML's folder and its parents (so a config names
+  // experiments/clusters/x.yaml and works from anywhere in or outside the repository).
+  void add_path(const std::string& key, std::string* target);
   // Lists: a YAML sequence of scalars ("[1, 2, 4]"), or on the command line "1,2,4".
   void add(const std::string& key, std::vector<int>* target);
   void add(const std::string& key, std::vector<std::string>* target);
@@ -33,15 +39,31 @@ class ConfigSchema {
   // "key=value" for every key, in key order (for logs and CSV sidecars).
   std::vector<std::string> dump() const;
 
+  // Whether the YAML or an override gave `key`.
+  bool given(const std::string& key) const;
+  // ConfigError "<where>: key 'k' is missing (<why>)" for the first of `keys` not given.
+  void require(const std::vector<std::string>& keys, const std::string& where,
+               const std::string& why) const;
+
  private:
   struct Entry {
     std::string type;  // "an integer", "a number", "true or false", "a string", ...
     std::function<bool(const std::string&)> parse;
     std::function<std::string()> print;
     bool list = false;
+    bool path = false;
   };
   void add_entry(const std::string& key, Entry entry);
   std::map<std::string, Entry> entries_;
+  std::set<std::string> given_;
 };
+
+// ConfigError "<key> must be at least <minimum>, got <value>" (and "at most" for in_range).
+void at_least(long long value, long long minimum, const std::string& key);
+void in_range(long long value, long long minimum, long long maximum, const std::string& key);
+
+// ConfigError "<what> '<path>' does not exist" (or is a directory, or cannot be read) unless
+// `path` is a readable regular file.
+void check_readable_file(const std::string& path, const std::string& what);
 
 }  // namespace ted

@@ -17,6 +17,7 @@ Layout resolve_layout(int world_size, int tensor, int expert, int data) {
       throw ConfigError(std::string("layout: ") + name + " must be at least 1, got " +
                         std::to_string(value));
   };
+  positive(world_size, "rank count");
   positive(tensor, "tensor size T");
   positive(expert, "expert size Ep");
   if (data < 0) positive(data, "data size D");

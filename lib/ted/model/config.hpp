@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "ted/model/gating.hpp"
 
@@ -25,6 +26,13 @@ struct ModelConfig {
   bool is_moe(int layer) const { return (layer + 1) % expert_interval == 0; }
   // Throws ConfigError naming the key and the rule.
   void validate() const;
+  // The tensors that grow with the micro-batch stay within kMaxTensorElements.
+  void validate_batch(int micro_batch) const;
 };
+
+// The most elements one tensor may have: GEMM dimensions and many indices are 32-bit.
+constexpr double kMaxTensorElements = 2147483647.0;
+// ConfigError "<what> makes one tensor of N elements; at most ..." when over the limit.
+void check_tensor_elements(double elements, const std::string& what);
 
 }  // namespace ted::model

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "ted/core/config_schema.hpp"
 #include "ted/core/error.hpp"
 #include "ted/model/random.hpp"
 
@@ -50,6 +51,7 @@ TokenFileSource::TokenFileSource(const std::string& path, int token_bytes, int v
   if (token_bytes != 2 && token_bytes != 4)
     throw ConfigError("data.token_bytes must be 2 (uint16) or 4 (uint32), got " +
                       std::to_string(token_bytes));
+  check_readable_file(path, "data.path");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw ConfigError("data.path: cannot open '" + path + "': " + std::strerror(errno));
   auto bytes = static_cast<std::size_t>(in.tellg());

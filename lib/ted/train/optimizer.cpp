@@ -13,14 +13,16 @@
 namespace ted::train {
 
 void OptimizerConfig::validate() const {
-  if (!(lr > 0)) throw ConfigError("optimizer.lr must be positive");
+  // Bounds well beyond any sensible run: a learning rate above 1 only diverges, later, as a NaN.
+  if (!(lr > 0 && lr <= 1)) throw ConfigError("optimizer.lr must be in (0, 1]");
   if (min_lr < 0 || min_lr > lr)
     throw ConfigError("optimizer.min_lr must be between 0 and optimizer.lr");
   if (warmup_steps < 0) throw ConfigError("optimizer.warmup_steps must not be negative");
-  if (weight_decay < 0) throw ConfigError("optimizer.weight_decay must not be negative");
+  if (!(weight_decay >= 0 && weight_decay <= 1))
+    throw ConfigError("optimizer.weight_decay must be in [0, 1]");
   if (!(beta1 >= 0 && beta1 < 1)) throw ConfigError("optimizer.beta1 must be in [0, 1)");
   if (!(beta2 >= 0 && beta2 < 1)) throw ConfigError("optimizer.beta2 must be in [0, 1)");
-  if (!(eps > 0)) throw ConfigError("optimizer.eps must be positive");
+  if (!(eps > 0 && eps <= 1)) throw ConfigError("optimizer.eps must be in (0, 1]");
   if (grad_clip < 0) throw ConfigError("optimizer.grad_clip must not be negative");
 }
 

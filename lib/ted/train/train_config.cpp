@@ -36,7 +36,7 @@ ConfigSchema TrainConfig::schema() {
   s.add("optimizer.eps", &optimizer.eps);
   s.add("optimizer.grad_clip", &optimizer.grad_clip);
   s.add("data.source", &data.source);
-  s.add("data.path", &data.path);
+  s.add_path("data.path", &data.path);
   s.add("data.token_bytes", &data.token_bytes);
   s.add("data.noise", &data.noise);
   s.add("data.micro_batch", &data.micro_batch);
@@ -60,6 +60,7 @@ ConfigSchema TrainConfig::schema() {
   s.add("run.comm", &run.comm);
   s.add("run.loss_scale", &run.loss_scale);
   s.add("run.loss_scale_window", &run.loss_scale_window);
+  s.add_path("run.cluster", &run.cluster);
   return s;
 }
 
@@ -70,12 +71,22 @@ void TrainConfig::validate() const {
     throw ConfigError("data.source must be synthetic or file, got '" + data.source + "'");
   if (data.source == "file" && data.path.empty())
     throw ConfigError("data.path must name a token file when data.source is file");
-  if (data.micro_batch < 1) throw ConfigError("data.micro_batch must be at least 1");
-  if (data.micro_batches < 1) throw ConfigError("data.micro_batches must be at least 1");
-  if (data.noise < 0 || data.noise > 1) throw ConfigError("data.noise must be in [0, 1]");
-  if (steps < 1) throw ConfigError("training.steps must be at least 1");
-  if (log_every < 1) throw ConfigError("training.log_every must be at least 1");
-  if (parallel.tile_elems < 0) throw ConfigError("parallel.tile_elems must not be negative");
+  if (data.source == "file") check_readable_file(data.path, "data.path");
+  if (data.token_bytes != 2 && data.token_bytes != 4)
+    throw ConfigError("data.token_bytes must be 2 or 4, got " + std::to_string(data.token_bytes));
+  at_least(data.micro_batch, 1, "data.micro_batch");
+  at_least(data.micro_batches, 1, "data.micro_batches");
+  if (data.micro_batch > (1 << 20) || data.micro_batches > (1 << 20))
+    throw ConfigError("data.micro_batch and data.micro_batches must be at most 2^20");
+  model.validate_batch(data.micro_batch);
+  if (!(data.noise >= 0 && data.noise <= 1))
+    throw ConfigError("data.noise must be in [0, 1], got " + std::to_string(data.noise));
+  at_least(steps, 1, "training.steps");
+  at_least(log_every, 1, "training.log_every");
+  at_least(parallel.tp, 1, "parallel.tp");
+  at_least(parallel.ep, 1, "parallel.ep");
+  at_least(parallel.dp, 0, "parallel.dp (0: the ranks over tp x ep)");
+  at_least(parallel.tile_elems, 0, "parallel.tile_elems (0: the whole shard)");
   if (run.backend != "cpu" && run.backend != "cuda")
     throw ConfigError("run.backend must be cpu or cuda, got '" + run.backend + "'");
   if (run.dtype != "fp32" && run.dtype != "bf16" && run.dtype != "fp16")
@@ -86,7 +97,8 @@ void TrainConfig::validate() const {
     throw ConfigError("run.comm nccl carries GPU memory: it needs run.backend cuda");
   if (!(run.loss_scale > 0) || !std::isfinite(run.loss_scale))
     throw ConfigError("run.loss_scale must be a positive finite number");
-  if (run.loss_scale_window < 1) throw ConfigError("run.loss_scale_window must be at least 1");
+  at_least(run.loss_scale_window, 1, "run.loss_scale_window");
+  if (!run.cluster.empty()) check_readable_file(run.cluster, "run.cluster");
 }
 
 }  // namespace ted::train

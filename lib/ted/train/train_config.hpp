@@ -11,7 +11,7 @@
 //   parallel:  tp ep dp (0: ranks / (tp * ep)) dtd cac reduce_scatter zero1 tile_elems
 //              split_experts cac_all_reduce
 //   run:       backend (cpu | cuda) dtype (fp32 | bf16 | fp16) comm (mpi | nccl) loss_scale
-//              loss_scale_window
+//              loss_scale_window cluster (the cluster file --check projects memory on)
 #pragma once
 
 #include <string>
@@ -53,6 +53,7 @@ struct RunConfig {
   std::string comm = "mpi";      // mpi (host memory, or GPU memory staged through it) | nccl
   double loss_scale = 65536.0;   // fp16: the initial dynamic loss scale
   int loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
+  std::string cluster;           // a cluster file (experiments/clusters/): --check's memory fit
 };
 
 struct TrainConfig {
