@@ -4,8 +4,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include "ted/core/error.hpp"
+#include "ted/core/system.hpp"
 
 namespace ted {
 
@@ -18,7 +20,46 @@ std::string command_line(int argc, char** argv) {
   return text;
 }
 
-int run_app(int argc, char** argv, CLI::App& app, const std::function<int(MpiSession&)>& body) {
+int CheckMode::ranks_for(int world_size) const {
+  if (ranks > 0) return ranks;
+  if (int tasks = slurm_tasks()) return tasks;
+  return world_size;
+}
+
+void add_check_options(CLI::App& app, CheckMode& mode) {
+  app.add_flag("--check", mode.enabled,
+               "only validate: config, layout against the ranks, projected memory fit; run "
+               "nothing, write nothing");
+  app.add_option("--ranks", mode.ranks,
+                 "with --check: the rank count to check the layout against (default "
+                 "SLURM_NTASKS, else the launched ranks)")
+      ->check(CLI::Range(1, 1 << 24));
+}
+
+namespace {
+
+void check_slurm_world(int world_size) {
+  const int tasks = slurm_tasks();
+  if (tasks > 0 && tasks != world_size)
+    throw ConfigError("Slurm gave this job step " + std::to_string(tasks) +
+                      " tasks (SLURM_NTASKS) but MPI started a world of " +
+                      std::to_string(world_size) +
+                      " rank(s): srun's MPI plugin does not match this MPI (try srun --mpi=pmix "
+                      "or pmi2), or unset SLURM_NTASKS outside srun");
+}
+
+// Ends the run from one rank: returning lets a lone process exit without MPI's abort banner;
+// with other ranks alive only MPI_Abort stops them.
+int fail(const MpiSession& mpi, int code) {
+  std::fflush(stderr);
+  if (mpi.world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  return code;
+}
+
+}  // namespace
+
+int run_app(int argc, char** argv, CLI::App& app, const std::function<int(MpiSession&)>& body,
+            const CheckMode* check) {
   MpiSession mpi(&argc, &argv);
   const std::string name = app.get_name();
   bool rank0 = mpi.world_rank() == 0;
@@ -31,15 +72,21 @@ int run_app(int argc, char** argv, CLI::App& app, const std::function<int(MpiSes
     } catch (const CLI::ParseError& e) {
       throw ConfigError(e.what());
     }
+    if (!check || !check->enabled) check_slurm_world(mpi.world_size());
     return body(mpi);
   } catch (const ConfigError& e) {
     if (rank0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
     return 2;
+  } catch (const OutOfMemory& e) {
+    std::fprintf(stderr, "%s: error: %s: %s\n", name.c_str(), rank_tag().c_str(), e.what());
+    return fail(mpi, 2);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: error: %s: out of host memory (a host allocation failed)\n",
+                 name.c_str(), rank_tag().c_str());
+    return fail(mpi, 2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s: %s\n", name.c_str(), rank_tag().c_str(), e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    return fail(mpi, 1);
   }
 }
 

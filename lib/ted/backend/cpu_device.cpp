@@ -5,6 +5,7 @@
 
 #include "ted/backend/device.hpp"
 #include "ted/core/error.hpp"
+#include "ted/core/system.hpp"
 
 namespace ted {
 namespace {
@@ -32,7 +33,8 @@ class CpuDevice final : public Device {
       cached->second.pop_back();
     } else {
       pointer = std::aligned_alloc(64, rounded);
-      if (!pointer) throw Error("host allocation of " + std::to_string(bytes) + " bytes failed");
+      if (!pointer)
+        throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
     }
     sizes_[pointer] = rounded;
     return pointer;
@@ -61,6 +63,7 @@ class CpuDevice final : public Device {
     for (std::size_t r = 0; r < rows; ++r)
       std::memcpy(out + r * dst_pitch, in + r * src_pitch, row_bytes);
   }
+  std::uint64_t free_bytes() override { return host_available_bytes(); }
   void* allocate_host(std::size_t bytes) override { return bytes ? std::malloc(bytes) : nullptr; }
   void deallocate_host(void* pointer) override { std::free(pointer); }
   void fill(void* dst, std::size_t count, DataType dtype, double value) override {

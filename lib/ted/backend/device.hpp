@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -19,7 +20,8 @@ class Device {
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;
 
-  virtual void* allocate(std::size_t bytes) = 0;  // nullptr for 0 bytes
+  // nullptr for 0 bytes; ted::OutOfMemory naming the bytes when the memory is not there.
+  virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* pointer) = 0;
   // Host <-> device copies return when the data has arrived (they wait for queued work).
   virtual void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) = 0;
@@ -38,6 +40,9 @@ class Device {
   // of a host-staged communicator.
   virtual void* allocate_host(std::size_t bytes) = 0;
   virtual void deallocate_host(void* pointer) = 0;
+  // Bytes this device could still allocate (host: MemAvailable; GPU: free memory), for the
+  // check before a run that its projected peak fits.
+  virtual std::uint64_t free_bytes() = 0;
   // The device under any wrapper (a TrackingDevice): what a backend asks for its stream.
   virtual Device& base() { return *this; }
 };

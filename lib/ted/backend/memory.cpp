@@ -27,7 +27,13 @@ std::string_view to_string(MemoryCategory category) {
 }
 
 void* TrackingDevice::allocate(std::size_t bytes) {
-  void* pointer = inner_.allocate(bytes);
+  void* pointer = nullptr;
+  try {
+    pointer = inner_.allocate(bytes);
+  } catch (const OutOfMemory& e) {  // say what the bytes were for
+    throw OutOfMemory(std::string(e.what()) + " (" + std::string(to_string(category_)) + ", " +
+                      std::to_string(total_.current) + " bytes already held)");
+  }
   if (!pointer) return pointer;
   live_[pointer] = {bytes, category_};
   MemoryUsage& usage = usage_[static_cast<std::size_t>(category_)];

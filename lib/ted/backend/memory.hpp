@@ -57,6 +57,7 @@ class TrackingDevice final : public Device {
   void synchronize() override { inner_.synchronize(); }
   void* allocate_host(std::size_t bytes) override { return inner_.allocate_host(bytes); }
   void deallocate_host(void* pointer) override { inner_.deallocate_host(pointer); }
+  std::uint64_t free_bytes() override { return inner_.free_bytes(); }
   Device& base() override { return inner_.base(); }
 
   MemoryCategory category() const { return category_; }

@@ -1,6 +1,7 @@
 // Error types and the check macros. The library throws; only main() in apps/ prints and exits.
 //   ted::Error        - a failure at run time (an MPI call failed, a buffer is too small, ...)
 //   ted::ConfigError  - bad input from the user (options, YAML, layout); apps exit with code 2
+//   ted::OutOfMemory  - an allocation failed; apps exit with code 2
 // Every message carries its place: the failing statement, file:line and the MPI rank.
 #pragma once
 
@@ -16,6 +17,14 @@ class Error : public std::runtime_error {
 
 // Bad user input. The message is one line that names the problem and the rule it breaks.
 class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+// An allocation that failed: the message names what was being allocated and how many bytes.
+// Exit code 2 like bad input (the run asked for more than the machine has), but it may happen
+// on one rank only.
+class OutOfMemory : public Error {
  public:
   using Error::Error;
 };

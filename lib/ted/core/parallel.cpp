@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "ted/core/system.hpp"
+
 namespace ted {
 namespace {
 
@@ -75,7 +77,7 @@ int configured_threads() {
     int value = std::atoi(text);
     if (value >= 1) return value;
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  return affinity_cpus();  // a rank bound to 4 cores runs 4 threads, not the machine's count
 }
 
 Pool& pool() {

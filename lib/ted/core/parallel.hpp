@@ -2,7 +2,8 @@
 // thread (a fixed partition, so results do not depend on timing), the caller running the first.
 // Workers sleep on a condition variable between jobs instead of spinning: OpenBLAS threads its
 // GEMMs between our loops, and on a small machine a spinning pool would steal their cores.
-// Threads: TED_NUM_THREADS, else the hardware threads; 1 runs everything inline.
+// Threads: TED_NUM_THREADS, else the CPUs of the process's affinity mask; 1 runs everything
+// inline.
 #pragma once
 
 #include <cstdint>

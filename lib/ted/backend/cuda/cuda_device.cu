@@ -59,8 +59,10 @@ class CudaDevice final : public Device {
     cudaError_t rc = cudaMallocAsync(&pointer, bytes, stream_);
     if (rc != cudaSuccess) {
       cudaGetLastError();
-      throw Error("GPU allocation of " + std::to_string(bytes) + " bytes failed on " + name() +
-                  ": " + cudaGetErrorString(rc));
+      const std::string text = "cannot allocate " + std::to_string(bytes) + " bytes on " +
+                               name() + ": " + cudaGetErrorString(rc);
+      if (rc == cudaErrorMemoryAllocation) throw OutOfMemory(text);
+      throw Error(text);
     }
     return pointer;
   }
@@ -76,6 +78,11 @@ class CudaDevice final : public Device {
     if (!row_bytes || !rows) return;
     TED_CHECK_CUDA(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
                                      cudaMemcpyDeviceToDevice, stream_));
+  }
+  std::uint64_t free_bytes() override {
+    std::size_t free = 0, total = 0;
+    TED_CHECK_CUDA(cudaMemGetInfo(&free, &total));
+    return free;
   }
   void* allocate_host(std::size_t bytes) override {
     if (!bytes) return nullptr;

@@ -1,0 +1,30 @@
+// The verdict of --check (app_main.hpp): does a run's projected peak fit where it will run?
+// On the cluster the YAML names (run.cluster) when it names one; else, for the CPU backend,
+// this host's available memory shared by all the ranks; a GPU run without run.cluster is not
+// judged (said so in the line).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ted/grid/process_grid.hpp"
+#include "ted/projection/fit.hpp"
+#include "ted/train/train_config.hpp"
+
+namespace ted {
+
+// The fit of `need` bytes per rank for `ranks` ranks of `run`; `judged` false when there is
+// nothing to judge by. ConfigError when run.cluster cannot be loaded.
+struct CheckedFit {
+  projection::MemoryFit fit;
+  bool judged = true;
+  std::string against;  // "cluster v100 (32 GB per V100)", "this host (20 GiB available)"
+};
+CheckedFit check_fit(const train::RunConfig& run, int ranks, std::uint64_t need);
+
+// --check of one training run: ConfigError "<where>: does not fit: ..." when it does not fit;
+// else prints "<program>: check passed: ..." (when `print`) and returns 0.
+int report_check(const std::string& program, const std::string& where, const train::RunConfig& run,
+                 int ranks, const Layout& layout, std::uint64_t need, bool print);
+
+}  // namespace ted
