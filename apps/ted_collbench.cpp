@@ -8,6 +8,7 @@
 //
 // -n 0 -w 0 is the correctness-only mode: one checked run per size, nothing timed.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "ted/app/app_main.hpp"
@@ -17,6 +18,7 @@
 #include "ted/core/git_revision.hpp"
 #include "ted/core/units.hpp"
 #include "ted/grid/ted_groups.hpp"
+#include "ted/projection/fit.hpp"
 
 namespace {
 
@@ -77,73 +79,102 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv_path,
                  "CSV path (default results/collbench/<op>_<group>_<backend>_G<ranks>.csv)");
 
-  return ted::run_app(argc, argv, app, [&](ted::MpiSession& mpi) {
-    // Everything that can be wrong with the input is checked here, identically on every rank.
-    options.op = ted::parse_collective(op_name);
-    options.group = ted::parse_group(group_name);
-    options.dtype = ted::parse_dtype(dtype_name);
-    options.min_bytes = ted::parse_bytes(min_text, "-b/--minbytes");
-    options.max_bytes = ted::parse_bytes(max_text, "-e/--maxbytes");
-    ted::CommBackend backend = ted::parse_comm_backend(backend_name);
-    if (options.compare_mpi && backend != ted::CommBackend::mpi)
-      throw ted::ConfigError("--compare-mpi needs --backend mpi");
-    ted::Layout layout = ted::resolve_layout(mpi.world_size(), tensor, expert, data);
-    ted::ProcessGrid grid(mpi.world_size(), layout);
-    ted::bench::validate(options, grid.group_size(options.group));
-    if (device_name.empty()) device_name = backend == ted::CommBackend::nccl ? "cuda" : "cpu";
-    const ted::DeviceKind device_kind = ted::parse_device_kind(device_name);
-    ted::require_backend(device_kind, backend, MPI_COMM_WORLD);
-    auto device = ted::make_device(device_kind);
-    ted::Ledger ledger;
-    auto control = ted::MpiCommunicator::world(nullptr);
-    auto world = ted::make_device_communicator(backend, *device, MPI_COMM_WORLD, nullptr);
-    if (options.compare_mpi && world->name() != "mpi")
-      throw ted::ConfigError("--compare-mpi needs host memory (--backend mpi --device cpu)");
-    const std::string carrier = world->name();  // mpi, mpi-staged or nccl
-    if (csv_path.empty())
-      csv_path = "results/collbench/" + std::string(ted::to_string(options.op)) + "_" +
-                 std::string(ted::to_string(options.group)) + "_" + carrier + "_G" +
-                 std::to_string(mpi.world_size()) + ".csv";
-    ted::TedGroups groups(*control, *world, grid);
-    ted::Communicator& group = groups.group(options.group);
-    group.set_ledger(&ledger);
+  ted::CheckMode check;
+  ted::add_check_options(app, check);
 
-    if (mpi.world_rank() == 0) {
-      std::printf("# ted_collbench %s: %s on the %s group (size %d), %d ranks %s\n",
-                  std::string(ted::git_revision()).c_str(),
-                  std::string(ted::to_string(options.op)).c_str(),
-                  std::string(ted::to_string(options.group)).c_str(), group.size(),
-                  mpi.world_size(), layout.to_string().c_str());
-      std::printf(
-          "# backend %s (%s), dtype %s, warm-up %d, timed %d; time = slowest rank, "
-          "median (p10 p90) in us; bandwidth GB/s\n",
-          carrier.c_str(), device->name().c_str(),
-          std::string(ted::to_string(options.dtype)).c_str(), options.warmup_iters, options.iters);
-      std::printf("#%11s %12s %10s %10s %10s %8s %8s %8s", "size", "count", "time", "p10", "p90",
-                  "algbw", "busbw", "#wrong");
-      if (options.compare_mpi) std::printf(" %10s %8s %6s", "mpi_time", "mpi_bus", "ratio");
-      std::printf("\n");
-    }
-    auto rows = ted::bench::run_collective_bench(options, *control, group, *device, &print_row,
-                                                 &options.compare_mpi);
+  return ted::run_app(
+      argc, argv, app,
+      [&](ted::MpiSession& mpi) {
+        // Everything that can be wrong with the input is checked here, identically on every rank.
+        options.op = ted::parse_collective(op_name);
+        options.group = ted::parse_group(group_name);
+        options.dtype = ted::parse_dtype(dtype_name);
+        options.min_bytes = ted::parse_bytes(min_text, "-b/--minbytes");
+        options.max_bytes = ted::parse_bytes(max_text, "-e/--maxbytes");
+        ted::CommBackend backend = ted::parse_comm_backend(backend_name);
+        if (options.compare_mpi && backend != ted::CommBackend::mpi)
+          throw ted::ConfigError("--compare-mpi needs --backend mpi");
+        const int ranks = check.enabled ? check.ranks_for(mpi.world_size()) : mpi.world_size();
+        ted::Layout layout = ted::resolve_layout(ranks, tensor, expert, data);
+        ted::ProcessGrid grid(ranks, layout);
+        ted::bench::validate(options, grid.group_size(options.group));
+        if (device_name.empty()) device_name = backend == ted::CommBackend::nccl ? "cuda" : "cpu";
+        const ted::DeviceKind device_kind = ted::parse_device_kind(device_name);
+        const bool on_host = device_kind == ted::DeviceKind::cpu;
+        const std::uint64_t need =
+            ted::bench::peak_bytes(options, grid.group_size(options.group), on_host);
+        if (check.enabled) {
+          if (mpi.world_rank() == 0)
+            std::printf(
+                "ted_collbench: check passed: %s on the %s group, %d ranks as %s, up to %s "
+                "per rank\n",
+                std::string(ted::to_string(options.op)).c_str(),
+                std::string(ted::to_string(options.group)).c_str(), ranks,
+                layout.to_string().c_str(), ted::format_bytes(need).c_str());
+          return 0;
+        }
+        ted::require_backend(device_kind, backend, MPI_COMM_WORLD);
+        auto device = ted::make_device(device_kind);
+        // The largest size's buffers of all ranks on a device must fit it, before any is allocated.
+        const auto fit = ted::projection::agree_memory_fit(need, device->name(),
+                                                           device->free_bytes(), MPI_COMM_WORLD);
+        if (!fit.fits)
+          throw ted::ConfigError("-e/--maxbytes " + max_text + ": " + fit.text +
+                                 " (lower -e, or use fewer ranks per node)");
+        ted::Ledger ledger;
+        auto control = ted::MpiCommunicator::world(nullptr);
+        auto world = ted::make_device_communicator(backend, *device, MPI_COMM_WORLD, nullptr);
+        if (options.compare_mpi && world->name() != "mpi")
+          throw ted::ConfigError("--compare-mpi needs host memory (--backend mpi --device cpu)");
+        const std::string carrier = world->name();  // mpi, mpi-staged or nccl
+        if (csv_path.empty())
+          csv_path = "results/collbench/" + std::string(ted::to_string(options.op)) + "_" +
+                     std::string(ted::to_string(options.group)) + "_" + carrier + "_G" +
+                     std::to_string(mpi.world_size()) + ".csv";
+        if (std::filesystem::is_directory(csv_path))
+          throw ted::ConfigError("--csv '" + csv_path + "' is a directory, not a file");
+        ted::TedGroups groups(*control, *world, grid);
+        ted::Communicator& group = groups.group(options.group);
+        group.set_ledger(&ledger);
 
-    std::uint64_t wrong = 0;
-    double ratio_sum = 0;
-    for (const auto& row : rows) {
-      wrong += row.wrong;
-      if (row.reference_busbw_gbs > 0) ratio_sum += row.busbw_gbs / row.reference_busbw_gbs;
-    }
-    if (mpi.world_rank() == 0) {
-      ted::CsvTable table = ted::bench::collective_bench_table();
-      ted::bench::CollectiveBenchContext context{carrier, mpi.world_size(), layout, group.size(),
-                                                 ted::command_line(argc, argv)};
-      for (const auto& row : rows) ted::bench::add_row(table, options, context, row);
-      table.write_atomic(csv_path);
-      if (options.compare_mpi && !rows.empty() && options.iters > 0)
-        std::printf("# mean busbw ratio vs plain MPI: %.3f\n", ratio_sum / rows.size());
-      std::printf("# %s: %llu wrong elements\n# CSV: %s\n", wrong ? "Failed" : "Passed",
-                  static_cast<unsigned long long>(wrong), csv_path.c_str());
-    }
-    return wrong ? 1 : 0;
-  });
+        if (mpi.world_rank() == 0) {
+          std::printf("# ted_collbench %s: %s on the %s group (size %d), %d ranks %s\n",
+                      std::string(ted::git_revision()).c_str(),
+                      std::string(ted::to_string(options.op)).c_str(),
+                      std::string(ted::to_string(options.group)).c_str(), group.size(),
+                      mpi.world_size(), layout.to_string().c_str());
+          std::printf(
+              "# backend %s (%s), dtype %s, warm-up %d, timed %d; time = slowest rank, "
+              "median (p10 p90) in us; bandwidth GB/s\n",
+              carrier.c_str(), device->name().c_str(),
+              std::string(ted::to_string(options.dtype)).c_str(), options.warmup_iters,
+              options.iters);
+          std::printf("#%11s %12s %10s %10s %10s %8s %8s %8s", "size", "count", "time", "p10",
+                      "p90", "algbw", "busbw", "#wrong");
+          if (options.compare_mpi) std::printf(" %10s %8s %6s", "mpi_time", "mpi_bus", "ratio");
+          std::printf("\n");
+        }
+        auto rows = ted::bench::run_collective_bench(options, *control, group, *device, &print_row,
+                                                     &options.compare_mpi);
+
+        std::uint64_t wrong = 0;
+        double ratio_sum = 0;
+        for (const auto& row : rows) {
+          wrong += row.wrong;
+          if (row.reference_busbw_gbs > 0) ratio_sum += row.busbw_gbs / row.reference_busbw_gbs;
+        }
+        if (mpi.world_rank() == 0) {
+          ted::CsvTable table = ted::bench::collective_bench_table();
+          ted::bench::CollectiveBenchContext context{carrier, mpi.world_size(), layout,
+                                                     group.size(), ted::command_line(argc, argv)};
+          for (const auto& row : rows) ted::bench::add_row(table, options, context, row);
+          table.write_atomic(csv_path);
+          if (options.compare_mpi && !rows.empty() && options.iters > 0)
+            std::printf("# mean busbw ratio vs plain MPI: %.3f\n", ratio_sum / rows.size());
+          std::printf("# %s: %llu wrong elements\n# CSV: %s\n", wrong ? "Failed" : "Passed",
+                      static_cast<unsigned long long>(wrong), csv_path.c_str());
+        }
+        return wrong ? 1 : 0;
+      },
+      &check);
 }

@@ -16,8 +16,12 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "ted/app/app_main.hpp"
+#include "ted/core/config_schema.hpp"
 #include "ted/core/csv.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
@@ -61,39 +65,116 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
   ted::write_file_atomic(csv + ".assumptions.txt", text);
 }
 
+ted::CsvTable search_table() {
+  return ted::CsvTable({"rank", "system", "G", "T", "Ep", "D", "time_ms", "compute_ms", "comm_ms",
+                        "peak_bytes", "memory_bytes", "fits", "cluster", "git_revision",
+                        "command"});
+}
+
+ted::CsvTable validation_table() {
+  return ted::CsvTable({"experiment", "system", "G", "T", "Ep", "D", "model", "measured_ms",
+                        "predicted_ms", "predicted_compute_ms", "predicted_comm_ms",
+                        "relative_error", "cluster", "git_revision", "command"});
+}
+
+// The measured CSV's rows, each with the columns validate reads as numbers checked: a CSV of
+// another kind is bad input, not a crash.
+std::vector<std::map<std::string, std::string>> measured_rows(const std::string& path) {
+  auto rows = ted::read_csv(path);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::string where = path + ": row " + std::to_string(i + 2);
+    auto field = [&](const char* column) -> const std::string& {
+      auto it = rows[i].find(column);
+      if (it == rows[i].end())
+        throw ted::ConfigError(where + " has no column '" + column +
+                               "' (give an experiment's measured CSV)");
+      return it->second;
+    };
+    for (const char* column : {"system", "experiment", "model"}) field(column);
+    for (const char* column : {"time_ms_median", "hidden", "heads", "layers", "checkpoint",
+                               "micro_batches", "G", "T", "Ep", "D"}) {
+      const std::string& text = field(column);
+      char* end = nullptr;
+      std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0')
+        throw ted::ConfigError(where + ", column '" + column + "': '" + text + "' is not a number");
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"TED projection: experiments at cluster scale, layout search, validation",
                "ted_project"};
   app.require_subcommand(1);
+  // CLI11 would say only that a subcommand is required; name the word it did not know.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    if (word != "experiment" && word != "search" && word != "validate") {
+      std::fprintf(stderr,
+                   "ted_project: error: unknown subcommand '%s' (expected experiment, search or "
+                   "validate)\n",
+                   word.c_str());
+      return 2;
+    }
+  }
   std::string config_path, cluster_path, csv, measured;
   std::vector<std::string> overrides;
   int gpus = 0, top = 20;
+  ted::CheckMode check;
   auto* experiment = app.add_subcommand("experiment", "project an experiment's points");
   auto* search = app.add_subcommand("search", "rank the layouts of a model on a cluster");
   auto* validate = app.add_subcommand("validate", "predicted against measured time per point");
   for (auto* sub : {experiment, search, validate}) {
     sub->add_option("-c,--config", config_path, "experiment YAML")->required();
-    sub->add_option("--cluster", cluster_path, "cluster YAML (experiments/clusters/)")->required();
+    sub->add_option("--cluster", cluster_path,
+                    "cluster YAML (experiments/clusters/; default: the config's run.cluster)");
     sub->add_option("--set", overrides, "override a key of the experiment YAML");
     sub->add_option("--csv", csv, "CSV to append to");
+    sub->add_flag("--check", check.enabled, "only validate the inputs; project and write nothing");
   }
-  search->add_option("--gpus", gpus, "devices to lay the model out on")->required();
-  search->add_option("--top", top, "rows to print")->capture_default_str();
+  search->add_option("--gpus", gpus, "devices to lay the model out on")
+      ->required()
+      ->check(CLI::Range(1, 1 << 24));
+  search->add_option("--top", top, "rows to print")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   validate->add_option("--measured", measured, "the experiment's measured CSV")->required();
 
   return ted::run_app(argc, argv, app, [&](ted::MpiSession& mpi) {
-    const pj::Cluster cluster = pj::Cluster::load(cluster_path);
     ex::ExperimentConfig config = ex::load_config(config_path, overrides, "");
+    if (cluster_path.empty()) cluster_path = config.train.run.cluster;
+    if (cluster_path.empty())
+      throw ted::ConfigError(config_path +
+                             ": no cluster: give --cluster or name one in key 'run.cluster'");
+    const pj::Cluster cluster = pj::Cluster::load(cluster_path);
     const std::string where = config_path + (overrides.empty() ? "" : " with --set");
     const std::string command = ted::command_line(argc, argv);
     if (mpi.world_rank() != 0) return 0;  // nothing to share: one process does it all
+    std::vector<std::map<std::string, std::string>> measured_table;
+    if (*validate) {  // the input first, then where the output goes
+      ted::check_readable_file(measured, "--measured CSV");
+      measured_table = measured_rows(measured);
+    }
+    // Where the rows will go, before anything is projected: an unusable path is bad input.
+    if (csv.empty() && *experiment)
+      csv = "results/projection/" + config.experiment + "_" + stem(config_path) + "_" +
+            cluster.name + ".csv";
+    if (csv.empty() && *validate) csv = "results/projection/validation_" + cluster.name + ".csv";
+    if (!csv.empty())
+      ted::check_csv_appendable(*experiment ? ex::result_table()
+                                : *search   ? search_table()
+                                            : validation_table(),
+                                csv);
+    if (check.enabled) {
+      std::printf("ted_project: check passed: %s on cluster %s\n", where.c_str(),
+                  cluster.name.c_str());
+      return 0;
+    }
 
     if (*experiment) {
-      if (csv.empty())
-        csv = "results/projection/" + config.experiment + "_" + stem(config_path) + "_" +
-              cluster.name + ".csv";
       ex::Plan plan =
           ex::plan_for(config.experiment)(config, where, std::numeric_limits<int>::max());
       ted::CsvTable table = ex::result_table();
@@ -115,15 +196,17 @@ int main(int argc, char** argv) {
 
     if (*search) {
       auto candidates = pj::search(config, gpus, cluster);
+      if (candidates.empty())
+        throw ted::ConfigError(where + ": no layout of " + std::to_string(gpus) +
+                               " GPUs splits this model (T must divide the heads, Ep the "
+                               "experts); nothing written");
       std::printf("# %s on %d x %s (%s), %s: %zu candidates, fitting first, fastest first\n",
                   config.train.model.gate.experts > 0 ? config_path.c_str() : "", gpus,
                   cluster.device.c_str(), cluster.name.c_str(), config.train.run.dtype.c_str(),
                   candidates.size());
       std::printf("%4s %-18s %3s %3s %4s %10s %10s %10s %10s %5s\n", "rank", "system", "T", "Ep",
                   "D", "ms/iter", "compute", "comm", "peak GB", "fits");
-      ted::CsvTable table({"rank", "system", "G", "T", "Ep", "D", "time_ms", "compute_ms",
-                           "comm_ms", "peak_bytes", "memory_bytes", "fits", "cluster",
-                           "git_revision", "command"});
+      ted::CsvTable table = search_table();
       for (std::size_t i = 0; i < candidates.size(); ++i) {
         const auto& c = candidates[i];
         if (static_cast<int>(i) < top)
@@ -149,7 +232,7 @@ int main(int argc, char** argv) {
             .add(command);
       }
       if (!csv.empty()) {
-        table.write_atomic(csv);
+        ted::append_csv(table, csv);
         write_assumptions(csv, cluster, config, command);
         std::printf("# CSV: %s\n", csv.c_str());
       }
@@ -157,12 +240,9 @@ int main(int argc, char** argv) {
     }
 
     // validate
-    if (csv.empty()) csv = "results/projection/validation_" + cluster.name + ".csv";
-    ted::CsvTable table({"experiment", "system", "G", "T", "Ep", "D", "model", "measured_ms",
-                         "predicted_ms", "predicted_compute_ms", "predicted_comm_ms",
-                         "relative_error", "cluster", "git_revision", "command"});
+    ted::CsvTable table = validation_table();
     std::vector<double> errors;
-    for (const auto& row : ted::read_csv(measured)) {
+    for (const auto& row : measured_table) {
       if (std::stod(row.at("time_ms_median")) <= 0) continue;  // correctness-only rows
       ted::train::TrainConfig train = config.train;
       train.model.hidden = std::stoi(row.at("hidden"));

@@ -3,6 +3,8 @@
 model's (projected rows): left, the base
 model's peak bytes per rank by category for each layout and system; right, the peak of each
 model of the growing family against its size, TED against DeepSpeed-MoE, with the budget.
+Points never run because their projected peak did not fit the device (status "not run: ...")
+have no peaks to draw and are left out.
 
     /usr/bin/python3 plots/plot_memory.py results/memory/cpu.csv plots/memory_cpu.png
 """
@@ -19,6 +21,7 @@ CATEGORIES = ["parameters", "gradients", "optimizer_state", "activations", "comm
 def draw(inputs):
     rows = latest([r for path in inputs for r in read_rows(path)],
                   ["system", "G", "T", "Ep", "D", "model", "budget_bytes"])
+    rows = [r for r in rows if not r.get("status", "").startswith("not run")]
     layouts = [r for r in rows if not r["budget_bytes"]]
     family = [r for r in rows if r["budget_bytes"]]
     figure, (stack, fit) = plt.subplots(1, 2, figsize=(12, 5))

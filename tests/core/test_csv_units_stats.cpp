@@ -1,14 +1,18 @@
-// CSV writing (escaping, atomic replacement), byte sizes and order statistics.
+// CSV writing (escaping, atomic replacement, locked appends), byte sizes, order statistics and
+// the split of an experiment's time into compute and communication.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "ted/core/csv.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/stats.hpp"
 #include "ted/core/units.hpp"
+#include "ted/experiments/harness.hpp"
 
 namespace fs = std::filesystem;
 
@@ -51,6 +55,55 @@ TEST_CASE("CSV writes are atomic: complete file or the old one untouched") {
   CHECK(read(path) == "a,b\n1,2\n");  // a failed write leaves the old results
 
   fs::remove_all(path.parent_path().parent_path());
+}
+
+TEST_CASE("two jobs appending to one CSV at once lose no row") {
+  // What two experiment jobs writing the same results file do: each appends its rows one point
+  // at a time (experiments::append_rows), with no coordination between them.
+  fs::path path = scratch("shared/rows.csv");
+  fs::remove_all(path.parent_path());
+  constexpr int kRows = 150;
+  auto job = [&](int id) {
+    for (int i = 0; i < kRows; ++i) {
+      ted::CsvTable table({"job", "point", "text"});
+      table.row().add(id).add(i).add(std::string(200, 'x'));
+      ted::experiments::append_rows(table, path.string());
+    }
+  };
+  std::thread first(job, 1), second(job, 2);
+  first.join();
+  second.join();
+  std::istringstream lines(read(path));
+  std::string line;
+  int header = 0, rows[3] = {};
+  while (std::getline(lines, line)) {
+    if (line == "job,point,text") {
+      ++header;
+      continue;
+    }
+    REQUIRE(line.size() > 200);  // a whole row, not two interleaved halves
+    rows[line[0] - '0']++;
+  }
+  CHECK(header == 1);
+  CHECK(rows[1] == kRows);
+  CHECK(rows[2] == kRows);
+  ted::CsvTable other({"another", "header"});
+  other.row().add(1).add(2);
+  CHECK_THROWS_AS(ted::append_csv(other, path), ted::ConfigError);  // no mixed file
+  fs::remove_all(path.parent_path());
+}
+
+TEST_CASE("an experiment's compute time is never negative") {
+  ted::experiments::Result r;
+  // The slowest rank's collectives and the slowest step are measured apart: their medians
+  // need not nest (here the collective median exceeds the step median).
+  ted::experiments::split_time({10.0, 11.0, 12.0}, {9.0, 11.5, 12.0}, &r);
+  CHECK(r.time_ms.median == Approx(11.0));
+  CHECK(r.comm_ms == Approx(11.0));
+  CHECK(r.compute_ms == Approx(0.0));
+  ted::experiments::split_time({10.0, 11.0, 12.0}, {1.0, 2.0, 3.0}, &r);
+  CHECK(r.comm_ms == Approx(2.0));
+  CHECK(r.compute_ms == Approx(9.0));
 }
 
 TEST_CASE("byte sizes parse like nccl-tests and reject garbage") {

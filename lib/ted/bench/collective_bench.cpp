@@ -39,6 +39,17 @@ void validate(const CollectiveBenchOptions& options, int group_size) {
                       std::to_string(group_size) + ")");
 }
 
+std::uint64_t peak_bytes(const CollectiveBenchOptions& options, int group_size,
+                         bool device_is_host) {
+  const auto sizes = size_sweep(options.min_bytes, options.max_bytes, options.step_factor);
+  const CollectiveCase c =
+      plan_case(options.op, options.dtype, sizes.back(), group_size, 0, options.root);
+  const std::uint64_t pair =
+      static_cast<std::uint64_t>(c.send_elements + c.recv_elements) * dtype_size(c.dtype);
+  // device pair + host pair (+ plain MPI's pair); a GPU's pair is not host memory
+  return pair * ((device_is_host ? 2 : 1) + (options.compare_mpi ? 1 : 0));
+}
+
 namespace {
 
 double now_seconds() {

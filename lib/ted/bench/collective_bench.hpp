@@ -53,6 +53,11 @@ std::vector<std::size_t> size_sweep(std::size_t min_bytes, std::size_t max_bytes
 // Checks the options against the group before any collective runs (ConfigError, one line).
 void validate(const CollectiveBenchOptions& options, int group_size);
 
+// Bytes one rank holds at the largest size: send and receive buffers on the device, their host
+// copies, and plain MPI's own pair with --compare-mpi (for the memory check before the sweep).
+std::uint64_t peak_bytes(const CollectiveBenchOptions& options, int group_size,
+                         bool device_is_host);
+
 // Called on rank 0 after each row, so a long sweep shows progress.
 using RowCallback = void (*)(const CollectiveBenchRow& row, void* user);
 

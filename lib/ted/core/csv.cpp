@@ -1,6 +1,12 @@
 #include "ted/core/csv.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <fstream>
@@ -124,6 +130,100 @@ std::string csv_escape(std::string_view field) {
   }
   quoted += '"';
   return quoted;
+}
+
+namespace {
+
+std::string header_line(const CsvTable& table) {
+  std::string text = table.to_string();
+  return text.substr(0, text.find('\n') + 1);
+}
+
+// The first line of `path` with its newline ("" for a missing or empty file).
+std::string first_line(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  if (in && std::getline(in, line)) return line + "\n";
+  return "";
+}
+
+void write_all(int fd, std::string_view text, const std::filesystem::path& path) {
+  while (!text.empty()) {
+    ssize_t written = ::write(fd, text.data(), text.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0)
+      throw Error("cannot append to " + path.string() + ": " + std::strerror(errno));
+    text.remove_prefix(static_cast<std::size_t>(written));
+  }
+}
+
+// Closes the file (and so drops its lock) on every path out.
+struct FileLock {
+  int fd;
+  ~FileLock() { ::close(fd); }
+};
+
+}  // namespace
+
+void check_output_path(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw ConfigError("output '" + path.string() + "' is a directory, not a file");
+  if (fs::exists(path, ec)) {
+    if (::access(path.c_str(), W_OK) != 0)
+      throw ConfigError("output '" + path.string() +
+                        "' cannot be written: " + std::strerror(errno));
+    return;
+  }
+  // The nearest folder that exists must let us create what is missing below it.
+  fs::path folder = fs::absolute(path, ec).parent_path();
+  while (!folder.empty() && !fs::exists(folder, ec) && folder != folder.parent_path())
+    folder = folder.parent_path();
+  if (!fs::is_directory(folder, ec))
+    throw ConfigError("output '" + path.string() + "': '" + folder.string() + "' is not a folder");
+  if (::access(folder.c_str(), W_OK) != 0)
+    throw ConfigError("output '" + path.string() + "': folder '" + folder.string() +
+                      "' cannot be written: " + std::strerror(errno));
+}
+
+void check_csv_appendable(const CsvTable& table, const std::filesystem::path& path) {
+  check_output_path(path);
+  const std::string existing = first_line(path);
+  if (!existing.empty() && existing != header_line(table))
+    throw ConfigError("CSV '" + path.string() +
+                      "' exists with other columns; choose another CSV path or move it");
+}
+
+void append_csv(const CsvTable& table, const std::filesystem::path& path) {
+  check_csv_appendable(table, path);
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot open " + path.string() + ": " + std::strerror(errno));
+  FileLock lock{fd};
+  while (::flock(fd, LOCK_EX) != 0)
+    if (errno != EINTR) throw Error("cannot lock " + path.string() + ": " + std::strerror(errno));
+  // Under the lock: the header as another job may just have written it.
+  const std::string text = table.to_string();
+  const std::string header = header_line(table);
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) throw Error("cannot stat " + path.string());
+  std::string out;
+  if (status.st_size == 0) {
+    out = text;
+  } else {
+    if (first_line(path) != header)
+      throw ConfigError("CSV '" + path.string() +
+                        "' exists with other columns; choose another CSV path or move it");
+    char last = '\n';
+    std::ifstream in(path, std::ios::binary);
+    in.seekg(status.st_size - 1);
+    in.get(last);
+    if (last != '\n') out.push_back('\n');  // a row cut short by a crash ends before ours
+    out.append(text, header.size(), std::string::npos);
+  }
+  write_all(fd, out, path);
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view text) {

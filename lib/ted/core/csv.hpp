@@ -48,6 +48,20 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::filesystem::
 // Quotes a field when it holds a comma, quote or line break (RFC 4180).
 std::string csv_escape(std::string_view field);
 
+// Appends `table`'s rows to the CSV at `path` (folders created), under an exclusive lock (flock)
+// on the file: a new or empty file gets the header first; an existing one must have the same
+// header (ConfigError otherwise). The rows go in one write at the end of the file, so two jobs
+// appending at once lose no row, and a run killed between two appends leaves whole rows.
+void append_csv(const CsvTable& table, const std::filesystem::path& path);
+
+// ConfigError naming `path` when a run could not write it: a directory, a file or folder that
+// cannot be written. Creates nothing; for checks before a run.
+void check_output_path(const std::filesystem::path& path);
+
+// ConfigError naming `path` when a run could not append `table` to it: a directory, a file with
+// another header, or a folder that cannot be written. Creates nothing; for checks before a run.
+void check_csv_appendable(const CsvTable& table, const std::filesystem::path& path);
+
 // Writes `text` to `path` through a temporary file and a rename.
 void write_file_atomic(const std::filesystem::path& path, std::string_view text);
 

@@ -1,19 +1,21 @@
 #include "ted/experiments/harness.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <limits>
 
 #include "ted/app/app_main.hpp"
+#include "ted/app/check.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
 #include "ted/core/units.hpp"
 #include "ted/grid/ted_groups.hpp"
+#include "ted/projection/fit.hpp"
 #include "ted/train/trainer.hpp"
 
 namespace ted::experiments {
@@ -88,8 +90,25 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
     fail("key 'experiment' must be '" + experiment + "' for this program, got '" + c.experiment +
          "'");
   c.backend = c.train.run.backend;
-  if (c.warmup < 0) fail("key 'run.warmup' must not be negative");
-  if (c.iters < 0) fail("key 'run.iters' must not be negative");
+  auto count = [&](long long value, long long minimum, long long maximum, const char* key) {
+    try {
+      in_range(value, minimum, maximum, key);
+    } catch (const ConfigError& e) {
+      fail(std::string("key ") + e.what());
+    }
+  };
+  count(c.warmup, 0, 1000000, "run.warmup");
+  count(c.iters, 0, 1000000, "run.iters");
+  count(c.tp, 1, 1 << 24, "layout.tp");
+  count(c.ep, 1, 1 << 24, "layout.ep");
+  count(c.dp, 0, 1 << 24, "layout.dp (0: the launched ranks over tp x ep)");
+  count(c.budget_bytes, 0, std::numeric_limits<std::int64_t>::max(), "memory.budget_bytes");
+  for (const auto* list :
+       {&c.sweep_ranks, &c.sweep_tp, &c.sweep_ep, &c.sweep_hidden, &c.sweep_heads, &c.sweep_layers,
+        &c.family_hidden, &c.family_heads, &c.family_layers})
+    for (int value : *list)
+      if (value < 1)
+        fail("keys 'sweep.*' and 'family.*' list positive numbers, got " + std::to_string(value));
   if (c.systems.empty()) fail("key 'systems' must list at least one system");
   for (const auto& name : c.systems) parse_system(name, where + ", key 'systems'");
   try {
@@ -193,9 +212,7 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
       result.parameters += n;
     }
     if (!times.empty()) {
-      result.time_ms = summarize(times);
-      result.comm_ms = percentile(comms, 50);
-      result.compute_ms = result.time_ms.median - result.comm_ms;
+      split_time(times, comms, &result);
       const auto& t = point.train;
       double tokens = static_cast<double>(t.data.micro_batch) * t.data.micro_batches *
                       point.layout.expert * point.layout.data * t.model.seq_len;
@@ -205,6 +222,14 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
   }
   world.barrier();
   return result;
+}
+
+void split_time(const std::vector<double>& times, const std::vector<double>& comms, Result* r) {
+  r->time_ms = summarize(times);
+  // The slowest rank's collectives and the slowest rank's step are measured apart; their
+  // medians need not nest, and time spent is never negative.
+  r->comm_ms = std::min(percentile(comms, 50), r->time_ms.median);
+  r->compute_ms = r->time_ms.median - r->comm_ms;
 }
 
 CsvTable result_table() {
@@ -248,8 +273,8 @@ CsvTable result_table() {
                                       "all_to_all_calls"};
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
     columns.push_back("peak_" + std::string(to_string(static_cast<MemoryCategory>(c))) + "_bytes");
-  for (const char* name :
-       {"peak_total_bytes", "budget_bytes", "fits", "final_loss", "git_revision", "command"})
+  for (const char* name : {"peak_total_bytes", "budget_bytes", "fits", "status", "final_loss",
+                           "git_revision", "command"})
     columns.push_back(name);
   return CsvTable(columns);
 }
@@ -297,29 +322,17 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
   table.add(static_cast<unsigned long long>(r.all_to_all_calls));
   for (auto peak : r.peak) table.add(static_cast<unsigned long long>(peak));
   table.add(static_cast<unsigned long long>(r.peak_total));
+  const bool ran = r.status.rfind("not run", 0) != 0;
   if (budget >= 0)
     table.add(static_cast<long long>(budget))
-        .add(int(r.peak_total <= static_cast<std::size_t>(budget)));
+        .add(int(ran && r.peak_total <= static_cast<std::size_t>(budget)));
   else
     table.add("").add("");
-  table.add(r.final_loss).add(git_revision()).add(command);
+  table.add(r.status).add(r.final_loss).add(git_revision()).add(command);
 }
 
 void append_rows(const CsvTable& table, const std::string& path) {
-  std::string fresh = table.to_string();
-  std::string header = fresh.substr(0, fresh.find('\n') + 1);
-  std::string text = fresh;
-  std::ifstream existing(path);
-  if (existing) {
-    std::stringstream old;
-    old << existing.rdbuf();
-    std::string previous = old.str();
-    if (previous.rfind(header, 0) != 0)
-      throw ConfigError(path + " exists with other columns; choose another run.csv or move it");
-    if (!previous.empty() && previous.back() != '\n') previous += '\n';
-    text = previous + fresh.substr(header.size());
-  }
-  write_file_atomic(path, text);
+  append_csv(table, path);
 }
 
 bool fixed_layout(const ExperimentConfig& config, const std::string& where, int world_size,
@@ -450,77 +463,172 @@ Planner plan_for(const std::string& experiment) {
                     "' (expected ablation, weak_scaling, strong_scaling or memory)");
 }
 
+namespace {
+
+// The memory check of every point before the first is measured, identically on every rank:
+// the points' projected peaks against the free memory of the device each active rank will use.
+// Returns, per point, "" when it fits, else why not.
+std::vector<std::string> memory_verdicts(const Plan& plan, const ExperimentConfig& config,
+                                         const MpiSession& mpi) {
+  const auto& run = config.train.run;
+  auto device = make_device(parse_device_kind(run.backend));
+  const std::uint64_t free_bytes = device->free_bytes();
+  std::vector<std::string> verdicts;
+  for (const auto& point : plan.points) {
+    const bool active = mpi.world_rank() < point.layout.world_size();
+    const std::uint64_t need = active ? projection::projected_peak(point.train, point.layout) : 0;
+    auto fit = projection::agree_memory_fit(need, device->name(), free_bytes, MPI_COMM_WORLD);
+    verdicts.push_back(fit.fits ? "" : fit.text);
+  }
+  return verdicts;
+}
+
+// --check: the plan against `ranks` ranks and every point's projected peak against run.cluster
+// (or this host). A point that does not fit will be a row saying so; a plan of which no point
+// fits would spend an allocation on nothing, and is refused. Returns the lines to print.
+std::string check_plan(const Plan& plan, const ExperimentConfig& config,
+                       const std::string& experiment, const std::string& where, int ranks) {
+  std::uint64_t largest = 0;
+  std::size_t over = 0;
+  std::string against = "nothing";
+  std::vector<std::string> lines;  // printed only when the check passes: one line on failure
+  for (const auto& point : plan.points) {
+    const std::uint64_t need = projection::projected_peak(point.train, point.layout);
+    const CheckedFit checked = check_fit(config.train.run, point.layout.world_size(), need);
+    against = checked.against;
+    largest = std::max(largest, need);
+    if (checked.fit.fits) continue;
+    ++over;
+    lines.push_back(point.system.name + " " + point.layout.to_string() + " " + point.model_name +
+                    ": does not fit: " + checked.fit.text + " (will be a row saying so)");
+  }
+  if (!plan.points.empty() && over == plan.points.size())
+    throw ConfigError(where + ": no point fits in memory on " + std::to_string(ranks) +
+                      " ranks (judged against " + against + ")");
+  std::string text;
+  for (const auto& line : lines) text += "# " + line + "\n";
+  for (const auto& line : plan.skipped) text += "# " + line + "\n";
+  char summary[512];
+  std::snprintf(summary, sizeof summary,
+                "ted_%s: check passed: %s on %d ranks: %zu points (%zu over memory), largest "
+                "projected peak %s per rank, judged against %s\n",
+                experiment.c_str(), where.c_str(), ranks, plan.points.size(), over,
+                format_bytes(largest).c_str(), against.c_str());
+  return text + summary;
+}
+
+}  // namespace
+
 int experiment_main(int argc, char** argv, const std::string& experiment,
                     const std::string& description, const Planner& planner,
                     const Summary& summary) {
   CLI::App app{description, "ted_" + experiment};
   std::string config_path, csv, backend, dtype, comm;
   std::vector<std::string> overrides;
-  int iters = -1;
+  int iters = 0;
+  CheckMode check;
   app.add_option("-c,--config", config_path, "experiment YAML (experiments/" + experiment + "/)")
       ->required();
   app.add_option("--set", overrides, "override a key: section.key=value (repeatable)");
-  app.add_option("--iters", iters, "timed iterations (0: correctness only, one untimed step)");
-  app.add_option("--csv", csv, "CSV to append to (overrides run.csv)");
+  app.add_option("--iters", iters, "timed iterations (run.iters; 0: one untimed step)");
+  app.add_option("--csv", csv, "CSV to append to (run.csv)");
   app.add_option("--backend", backend, "cpu or cuda (run.backend)");
   app.add_option("--dtype", dtype, "fp32, bf16 or fp16 (run.dtype; 16-bit: fp32 masters)");
   app.add_option("--comm", comm, "mpi or nccl: what carries device buffers (run.comm)");
-  return run_app(argc, argv, app, [&](MpiSession& mpi) {
-    // The run options are --set overrides like any other, so they are checked the same way.
-    if (!backend.empty()) overrides.push_back("run.backend=" + backend);
-    if (!dtype.empty()) overrides.push_back("run.dtype=" + dtype);
-    if (!comm.empty()) overrides.push_back("run.comm=" + comm);
-    ExperimentConfig config = load_config(config_path, overrides, experiment);
-    // Before anything is measured, identically on every rank: can this machine run it?
-    const auto& run = config.train.run;
-    try {
-      require_backend(parse_device_kind(run.backend), parse_comm_backend(run.comm), MPI_COMM_WORLD);
-    } catch (const ConfigError& e) {
-      throw ConfigError(config_path + ": keys 'run.backend/comm': " + e.what());
-    }
-    // Launched by scripts/emulated_cluster.sh: the rows record the emulated topology.
-    if (const char* topology = std::getenv("TED_TOPOLOGY"))
-      config.backend += std::string(" (") + topology + ")";
-    if (iters >= 0) config.iters = iters;
-    if (!csv.empty()) config.csv = csv;
-    if (config.csv.empty())
-      config.csv = "results/" + experiment + "/" +
-                   std::filesystem::path(config_path).stem().string() + ".csv";
-    const std::string where = config_path + (overrides.empty() ? "" : " with --set");
-    Plan plan = planner(config, where, mpi.world_size());
-    const bool rank0 = mpi.world_rank() == 0;
-    if (rank0) {
-      std::printf("# ted_%s %s: %s, %zu points on %d ranks, warm-up %d, timed %d\n",
-                  experiment.c_str(), std::string(git_revision()).c_str(), config_path.c_str(),
-                  plan.points.size(), mpi.world_size(), config.warmup, config.iters);
-      for (const auto& line : plan.skipped) std::printf("# %s\n", line.c_str());
-    }
-    auto world = MpiCommunicator::world(nullptr);
-    const std::string command = command_line(argc, argv);
-    CsvTable table = result_table();
-    std::vector<Result> results;
-    for (std::size_t i = 0; i < plan.points.size(); ++i) {
-      results.push_back(measure(plan.points[i], *world, config.warmup, config.iters));
-      if (rank0) {
-        print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()), plan.points[i],
-                       results.back());
-        add_result(table, config, plan.points[i], results.back(), command);
-      }
-    }
-    if (rank0 && table.rows() == 0) std::printf("# nothing measured: no CSV written\n");
-    if (rank0 && table.rows() > 0) {
-      if (summary) summary(plan.points, results);
-      append_rows(table, config.csv);
-      std::printf("# CSV: %s (%zu rows appended)\n", config.csv.c_str(), table.rows());
-    }
-    return 0;
-  });
+  add_check_options(app, check);
+  return run_app(
+      argc, argv, app,
+      [&](MpiSession& mpi) {
+        // The options are --set overrides like any other, so the config's rules judge them.
+        if (app.count("--iters")) overrides.push_back("run.iters=" + std::to_string(iters));
+        if (app.count("--csv")) overrides.push_back("run.csv=" + csv);
+        if (app.count("--backend")) overrides.push_back("run.backend=" + backend);
+        if (app.count("--dtype")) overrides.push_back("run.dtype=" + dtype);
+        if (app.count("--comm")) overrides.push_back("run.comm=" + comm);
+        ExperimentConfig config = load_config(config_path, overrides, experiment);
+        if (config.csv.empty())
+          config.csv = "results/" + experiment + "/" +
+                       std::filesystem::path(config_path).stem().string() + ".csv";
+        const std::string where = config_path + (overrides.empty() ? "" : " with --set");
+        const bool rank0 = mpi.world_rank() == 0;
+        auto check_output = [&] {  // after the inputs: their errors come first
+          try {
+            check_csv_appendable(result_table(), config.csv);
+          } catch (const ConfigError& e) {
+            throw ConfigError(where + ": key 'run.csv': " + e.what());
+          }
+        };
+        if (check.enabled) {
+          const int ranks = check.ranks_for(mpi.world_size());
+          const Plan plan = planner(config, where, ranks);
+          const std::string verdict = check_plan(plan, config, experiment, where, ranks);
+          check_output();
+          if (rank0) std::fputs(verdict.c_str(), stdout);
+          return 0;
+        }
+        // Before anything is measured, identically on every rank: can this machine run it?
+        const auto& run = config.train.run;
+        try {
+          require_backend(parse_device_kind(run.backend), parse_comm_backend(run.comm),
+                          MPI_COMM_WORLD);
+        } catch (const ConfigError& e) {
+          throw ConfigError(config_path + ": keys 'run.backend/comm': " + e.what());
+        }
+        // Launched by scripts/emulated_cluster.sh: the rows record the emulated topology.
+        if (const char* topology = std::getenv("TED_TOPOLOGY"))
+          config.backend += std::string(" (") + topology + ")";
+        Plan plan = planner(config, where, mpi.world_size());
+        check_output();
+        const std::vector<std::string> verdicts = memory_verdicts(plan, config, mpi);
+        if (!verdicts.empty() && std::all_of(verdicts.begin(), verdicts.end(),
+                                             [](const std::string& v) { return !v.empty(); }))
+          throw ConfigError(where + ": no point fits in memory here: " + verdicts.front());
+        if (rank0) {
+          std::printf("# ted_%s %s: %s, %zu points on %d ranks, warm-up %d, timed %d\n",
+                      experiment.c_str(), std::string(git_revision()).c_str(), config_path.c_str(),
+                      plan.points.size(), mpi.world_size(), config.warmup, config.iters);
+          for (const auto& line : plan.skipped) std::printf("# %s\n", line.c_str());
+        }
+        auto world = MpiCommunicator::world(nullptr);
+        const std::string command = command_line(argc, argv);
+        std::vector<Result> results;
+        std::size_t written = 0;
+        for (std::size_t i = 0; i < plan.points.size(); ++i) {
+          const Point& point = plan.points[i];
+          if (verdicts[i].empty()) {
+            results.push_back(measure(point, *world, config.warmup, config.iters));
+          } else {  // never allocated: a row saying it does not fit, and the sweep goes on
+            results.emplace_back();
+            results.back().status = "not run: does not fit: " + verdicts[i];
+          }
+          if (!rank0) continue;
+          // Each row is in the CSV as soon as it is measured: a run that dies later keeps it.
+          CsvTable row = result_table();
+          add_result(row, config, point, results.back(), command);
+          append_rows(row, config.csv);
+          ++written;
+          print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()), point,
+                         results.back());
+        }
+        if (rank0 && written == 0) std::printf("# nothing measured: no CSV written\n");
+        if (rank0 && written > 0) {
+          if (summary) summary(plan.points, results);
+          std::printf("# CSV: %s (%zu rows appended)\n", config.csv.c_str(), written);
+        }
+        return 0;
+      },
+      &check);
 }
 
 void print_progress(int index, int count, const Point& point, const Result& r) {
   std::printf("[%d/%d] %-16s G=%-3d %-14s %-12s ", index + 1, count, point.system.name.c_str(),
               point.layout.world_size(), point.layout.to_string().c_str(),
               point.model_name.c_str());
+  if (r.status.rfind("not run", 0) == 0) {
+    std::printf("%s\n", r.status.c_str());
+    std::fflush(stdout);
+    return;
+  }
   if (r.time_ms.median > 0)
     std::printf("%9.2f ms/iter (p10 %.2f p90 %.2f) comm %.2f ms, %.3g tok/s, ", r.time_ms.median,
                 r.time_ms.p10, r.time_ms.p90, r.comm_ms, r.tokens_per_s);

@@ -78,7 +78,7 @@ Point make_point(const ExperimentConfig& config, const System& system, Layout la
 struct Result {
   Summary time_ms;
   double comm_ms = 0;     // median over iterations of the slowest rank's collective time
-  double compute_ms = 0;  // median time minus comm
+  double compute_ms = 0;  // median time minus comm, never negative (split_time)
   double tokens_per_s = 0;
   double tflops_per_rank = 0;
   double final_loss = 0;
@@ -88,9 +88,14 @@ struct Result {
   std::uint64_t all_to_all_calls = 0;
   std::size_t peak[kMemoryCategoryCount] = {};  // max over ranks
   std::size_t peak_total = 0;
-  std::string device;  // what ran it: "cpu", "cuda:0 NVIDIA H100 ..." (rank 0's)
-  std::string comm;    // what carried the device buffers: mpi, mpi-staged, nccl
+  std::string device;               // what ran it: "cpu", "cuda:0 NVIDIA H100 ..." (rank 0's)
+  std::string comm;                 // what carried the device buffers: mpi, mpi-staged, nccl
+  std::string status = "measured";  // "projected", or "not run: does not fit: ..."
 };
+
+// comm_ms and compute_ms of a point from its iterations' times and collective times (ms):
+// comm is the median collective time, at most the median time; compute is the rest.
+void split_time(const std::vector<double>& times, const std::vector<double>& comms, Result* r);
 
 // Runs `point` on world ranks 0 .. G-1 (the others wait) for warmup + iters steps, on the
 // backend, dtype and communicator of point.train.run; iters = 0 is the correctness-only mode:
@@ -101,8 +106,8 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters);
 CsvTable result_table();
 void add_result(CsvTable& table, const ExperimentConfig& config, const Point& point,
                 const Result& result, const std::string& command);
-// Appends the rows to `path` atomically (an existing file with the same header keeps its rows;
-// one with another header is an error rather than a mixed file).
+// Appends the rows to `path` (core/csv.hpp append_csv: locked, whole rows; an existing file
+// with another header is an error rather than a mixed file).
 void append_rows(const CsvTable& table, const std::string& path);
 
 // Rank 0's progress line for point i of n.
@@ -119,9 +124,11 @@ using Planner =
 using Summary = std::function<void(const std::vector<Point>&, const std::vector<Result>&)>;
 
 // main() of an experiment program: options (-c config, --set, --iters, --csv, --backend,
-// --dtype, --comm), the config, the
-// plan, every point measured with a progress line on rank 0, the rows appended to the CSV
-// (default results/<experiment>/<config name>.csv), and the summary. Exit codes as run_app.
+// --dtype, --comm, --check, --ranks), the config, the plan, the memory check of every point
+// before the first is measured (a point whose projected peak does not fit its device is never
+// run: its row says so, and the sweep goes on), every point measured with its row appended
+// to the CSV at once (default results/<experiment>/<config name>.csv) and a progress line on
+// rank 0, and the summary. --check validates all of it without running. Exit codes as run_app.
 int experiment_main(int argc, char** argv, const std::string& experiment,
                     const std::string& description, const Planner& planner,
                     const Summary& summary = {});

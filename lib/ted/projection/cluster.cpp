@@ -24,6 +24,10 @@ Cluster Cluster::load(const std::string& path) {
   s.add("inter.latency", &c.inter.latency);
   s.add("source", &c.source);
   s.load_yaml(path);
+  // No rate is guessed: a projection from a default bandwidth would look like a result.
+  s.require({"name", "device", "devices_per_node", "memory_bytes", "sustained_flops",
+             "intra.bandwidth", "intra.latency", "inter.bandwidth", "inter.latency"},
+            path, "a cluster file gives every rate; nothing is assumed");
   auto positive = [&](double value, const char* key) {
     if (!(value > 0)) throw ConfigError(path + ": key '" + key + "' must be positive");
   };

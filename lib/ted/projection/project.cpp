@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ted/core/error.hpp"
+#include "ted/projection/fit.hpp"
 
 namespace ted::projection {
 
@@ -11,12 +12,7 @@ std::size_t element_bytes(const std::string& dtype) {
 }
 
 StepShape shape_of(const experiments::Point& point, const std::string& dtype) {
-  StepShape s;
-  s.model = point.train.model;
-  s.micro_batch = point.train.data.micro_batch;
-  s.micro_batches = point.train.data.micro_batches;
-  s.layout = point.layout;
-  s.parallel = point.train.parallel;
+  StepShape s = shape_of(point.train, point.layout);
   s.element_bytes = element_bytes(dtype);
   return s;
 }
@@ -38,6 +34,7 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
   r.tokens_per_s = tokens / t.total();
   r.tflops_per_rank = step_flops(s) / t.total() / 1e12;
   r.final_loss = 0;
+  r.status = "projected";
   const CollectiveOp ops[4] = {CollectiveOp::all_reduce, CollectiveOp::all_gather,
                                CollectiveOp::reduce_scatter, CollectiveOp::all_to_all};
   for (int i = 0; i < 4; ++i)
