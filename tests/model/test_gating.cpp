@@ -1,6 +1,7 @@
 // Gating on hand-made inputs (docs/algorithm.md section 2): capacity arithmetic, which tokens are
 // dropped (by position and by RTS), first choices winning over second, renormalised top-2
-// weights, dropless mode, the noisy second choice, and the aux loss value.
+// weights, dropless mode, the noisy second choice, the aux loss value and its rounding, and near
+// ties between logits.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -67,6 +68,11 @@ TEST_CASE("capacity: ceil(k * cf * S / E), at least min_capacity") {
   CHECK(ted::model::expert_capacity(gate(8, 1, 1.25, 0), 64) == 10);
   CHECK(ted::model::expert_capacity(gate(16, 1, 0.5, 0), 2048) == 64);
   CHECK(ted::model::expert_capacity(gate(3, 1, 1.1, 0), 30) == 11);  // 11.000000000000002 -> 11
+  // Exact, where DeepSpeed-MoE's float32 ceil(100 / 4 * 1.2f) gives 31 (docs/algorithm.md,
+  // "Differences from DeepSpeed-MoE's gating").
+  CHECK(ted::model::expert_capacity(gate(4, 1, 1.2, 0), 100) == 30);
+  // Fewer tokens than min_capacity: the minimum, where DeepSpeed-MoE's top-1 refuses.
+  CHECK(ted::model::expert_capacity(gate(4, 1, 1.0, 8), 5) == 8);
 }
 
 TEST_CASE("top-1: tokens over capacity are dropped by position; weight = prob") {
@@ -181,4 +187,82 @@ TEST_CASE("aux loss = E * sum_e mean(prob_e) * fraction of first choices on e") 
   // Perfect balance gives 1.
   std::vector<double> balanced = {1.0, 0.0, 0.0, 1.0};
   CHECK(route(balanced.data(), 2, gate(2, 1, 1.0, 0), {}).aux == Approx(1.0));
+}
+
+namespace {
+// The routing of `logits` through the CPU backend in the master type M, with its probabilities
+// and first-choice counts (what the aux loss is made of).
+template <typename M>
+struct Routed {
+  std::vector<M> probs;
+  std::vector<int> expert, first_count;
+  M aux = 0;
+};
+
+template <typename M>
+Routed<M> route_in(const std::vector<M>& logits, int tokens, const GateConfig& config) {
+  auto device = ted::make_cpu_device();
+  auto ops = ted::make_ops<M>(*device);
+  ted::model::Routing<M> r;
+  ops->route(logits.data(), tokens, config, {}, r);
+  Routed<M> out;
+  out.probs.assign(r.probs.data(), r.probs.data() + r.probs.size());
+  out.expert.assign(r.expert.data(), r.expert.data() + r.expert.size());
+  out.first_count.assign(r.first_count.data(), r.first_count.data() + r.first_count.size());
+  out.aux = r.aux.data()[0];
+  return out;
+}
+
+// The aux loss of a routing's own probabilities and counts, summed in long double.
+template <typename M>
+long double exact_aux(const Routed<M>& r, int tokens, int experts) {
+  long double aux = 0;
+  for (int e = 0; e < experts; ++e) {
+    long double sum = 0;
+    for (int s = 0; s < tokens; ++s) sum += r.probs[static_cast<std::size_t>(s) * experts + e];
+    aux += (sum / tokens) * (static_cast<long double>(r.first_count[e]) / tokens);
+  }
+  return aux * experts;
+}
+}  // namespace
+
+TEST_CASE("fp32 aux loss at S = 1000 is within 1e-6 of a long double sum of the same probs") {
+  // A float running sum of 1000 probabilities loses up to half an ulp of the sum per token; when
+  // the tokens are alike (here: 1000 copies of one token, as a batch of padding has) the losses
+  // all go one way. Measured with float sums: 9.2e-6 relative for the copies, 1.3e-7 for varied
+  // tokens; with double sums only the final rounding to float is left: 0 and 1.3e-8.
+  const int S = 1000, E = 8;
+  std::vector<float> copies(static_cast<std::size_t>(S) * E), varied(copies.size());
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    copies[i] = 0.3f * static_cast<float>(i % E);
+    varied[i] = static_cast<float>(3.0 * ted::random::normal(7, ted::random::kData, i, 0));
+  }
+  for (const auto* logits : {&copies, &varied}) {
+    for (int top_k : {1, 2}) {
+      auto r = route_in(*logits, S, gate(E, top_k, 1.0, 0));
+      const long double want = exact_aux(r, S, E);
+      const double error = static_cast<double>(std::abs(r.aux - want) / want);
+      const char* what = logits == &copies ? "copies of one token" : "varied tokens";
+      INFO(what << ", top-" << top_k << ": aux " << r.aux << ", relative error " << error);
+      CHECK(error < 1e-6);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("near tie: the larger logit wins though the softmax rounds both equal", "",
+                   float, double) {
+  using M = TestType;
+  // Two logits one ulp apart near 0.3: exp() of their difference rounds to 1, so their
+  // probabilities are equal and an argmax over probabilities would take the lower index.
+  const M low = M(0.3), high = std::nextafter(low, M(1));
+  const std::vector<M> logits = {low, high, M(-1), M(-2)};
+  auto top1 = route_in(logits, 1, gate(4, 1, 1.0, 0));
+  REQUIRE(top1.probs[0] == top1.probs[1]);  // the premise: a tie in probability
+  CHECK(top1.expert[0] == 1);
+  CHECK(top1.first_count == std::vector<int>{0, 1, 0, 0});
+  auto top2 = route_in(logits, 1, gate(4, 2, 1.0, 0));
+  CHECK(top2.expert == std::vector<int>{1, 0});
+  // The other way round, the same two experts swap.
+  const std::vector<M> swapped = {high, low, M(-1), M(-2)};
+  CHECK(route_in(swapped, 1, gate(4, 2, 1.0, 0)).expert == std::vector<int>{0, 1});
 }

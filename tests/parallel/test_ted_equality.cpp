@@ -1,7 +1,8 @@
 // TED on MPI ranks equals the single-process fp32 CPU reference: for every layout (T, Ep, D) of
 // the launched rank count, every switch set (DTD, reduce-scatter, checkpointing, CAC, ZeRO-1
 // off, tiled optimizer step, experts not split over T) and top-1 / top-2 gating with drops and
-// RTS, 3 optimizer steps on the test's backend (device, communicator, dtype: test_env.hpp) give
+// RTS (and, in fp32, dropless gating, whose capacity the expert group agrees on), 3 optimizer
+// steps on the test's backend (device, communicator, dtype: test_env.hpp) give
 //   - per-step losses and the final parameter fingerprint within a tolerance of the reference,
 //   - per-step gradient norms within it, and
 //   - the gradients themselves before the optimizer: each rank's reduced shard against the
@@ -50,7 +51,7 @@ double norm_tolerance() {
   return ted::test::dtype() == "bf16" ? 5e-2 : loss_tolerance();
 }
 
-ted::train::TrainConfig tiny(int world, int top_k) {
+ted::train::TrainConfig tiny(int world, int top_k, bool dropless = false) {
   ted::train::TrainConfig c;
   bool by_three = world % 3 == 0;
   c.model.vocab = 19;
@@ -63,6 +64,7 @@ ted::train::TrainConfig tiny(int world, int top_k) {
   c.model.gate.capacity_factor = top_k == 1 ? 0.5 : 0.75;  // drops happen
   c.model.gate.min_capacity = 1;
   c.model.gate.random_token_selection = true;
+  c.model.gate.dropless = dropless;  // the largest load, agreed over the expert group
   c.model.init_std = 0.1;
   // Adam's first steps move every element by about lr whatever the size of its gradient, so an
   // element whose tiny gradient rounds to the other sign in 16-bit moves 2 lr the other way.
@@ -108,8 +110,8 @@ Run train(const ted::train::TrainConfig& config, ted::Device& device, ted::TedGr
 }
 
 // The single-process reference on the CPU in fp32 (or in `dtype` on the test's device).
-Run reference(int world, int top_k, const std::string& dtype = "fp32") {
-  auto config = tiny(world, top_k);
+Run reference(int world, int top_k, const std::string& dtype = "fp32", bool dropless = false) {
+  auto config = tiny(world, top_k, dropless);
   config.run.dtype = dtype;
   if (dtype == "fp32") {
     auto cpu = ted::make_cpu_device();
@@ -214,9 +216,9 @@ const Switches kSwitches[] = {
     {"dtd+rs+checkpointing+cac with all-reduce stash", true, true, true, true, true, 0, true, true},
 };
 
-ted::train::TrainConfig configured(int G, int top_k, const ted::Layout& layout,
-                                   const Switches& sw) {
-  auto config = tiny(G, top_k);
+ted::train::TrainConfig configured(int G, int top_k, const ted::Layout& layout, const Switches& sw,
+                                   bool dropless = false) {
+  auto config = tiny(G, top_k, dropless);
   const int dp = layout.expert * layout.data;
   config.data.micro_batches = G / dp;  // same global batch as the reference
   config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
@@ -227,13 +229,57 @@ ted::train::TrainConfig configured(int G, int top_k, const ted::Layout& layout,
   return config;
 }
 
+// The largest differences seen against the references, for the summary line.
+struct Worst {
+  double loss = 0, norm = 0, gradient = 0;
+};
+
+// A run's losses, gradient norms, gradients (every step) and final fingerprint against each
+// reference, and its dropped choices against the fp32 one's.
+void check_against(const Run& run, const Run& fp32, const Run* same_dtype, Worst& worst) {
+  REQUIRE(run.losses.size() == fp32.losses.size());
+  CHECK(run.skipped == 0);
+  std::vector<const Run*> references = {&fp32};
+  if (same_dtype) references.push_back(same_dtype);
+  for (const Run* ref : references) {
+    INFO((ref == &fp32 ? "against the fp32 reference" : "against the 16-bit reference"));
+    for (std::size_t s = 0; s < run.losses.size(); ++s) {
+      const auto step = static_cast<int>(s);
+      const GradientError gradient = gradient_error(run, *ref, step);
+      INFO("step " << s << ": loss " << run.losses[s] << " vs " << ref->losses[s]
+                   << "; gradient norm " << run.norms[s] << " vs " << ref->norms[s]
+                   << "; gradients: per-tensor max-normalised error " << gradient.max_normalised
+                   << ", relative L2 " << gradient.l2);
+      const double loss = relative(run.losses[s], ref->losses[s]);
+      const double norm = relative(run.norms[s], ref->norms[s]);
+      worst.loss = std::max(worst.loss, loss);
+      worst.norm = std::max(worst.norm, norm);
+      CHECK(loss < loss_tolerance());
+      CHECK(norm < norm_tolerance());
+      CHECK(gradients_close(gradient, step, &worst.gradient));
+    }
+  }
+  INFO("fingerprint " << run.fingerprint << " vs reference " << fp32.fingerprint);
+  CHECK(relative(run.fingerprint, fp32.fingerprint) < loss_tolerance());
+  if (!sixteen_bit()) CHECK(run.dropped == fp32.dropped);
+}
+
+void print_worst(const char* what, const Worst& worst) {
+  auto& world = ted::test::world();
+  if (world.rank() != 0) return;
+  std::printf(
+      "# %s, %s on %s over %s, %d ranks: worst relative loss difference %.3g, gradient "
+      "norm %.3g, gradient error %.3g (tolerances: losses %.0e, norms %.0e)\n",
+      what, ted::test::dtype().c_str(), ted::test::device().name().c_str(), world.name().c_str(),
+      world.size(), worst.loss, worst.norm, worst.gradient, loss_tolerance(), norm_tolerance());
+}
+
 }  // namespace
 
 TEST_CASE("every layout and switch set equals the single-process reference") {
   auto& world = ted::test::world();
   const int G = world.size();
-  const double tolerance = loss_tolerance();
-  double worst_loss = 0, worst_norm = 0, worst_gradient = 0;
+  Worst worst;
   for (int top_k : {1, 2}) {
     const auto fp32 = reference(G, top_k);
     REQUIRE(fp32.dropped > 0);
@@ -249,40 +295,45 @@ TEST_CASE("every layout and switch set equals the single-process reference") {
                     << ted::test::dtype() << " on " << ted::test::device().name() << " over "
                     << world.name() << ", rank " << world.rank());
         auto run = train(config, ted::test::device(), &groups);
-        REQUIRE(run.losses.size() == fp32.losses.size());
-        CHECK(run.skipped == 0);
-        std::vector<const Run*> references = {&fp32};
-        if (sixteen_bit()) references.push_back(&same_dtype);
-        for (const Run* ref : references) {
-          INFO((ref == &fp32 ? "against the fp32 reference" : "against the 16-bit reference"));
-          for (std::size_t s = 0; s < run.losses.size(); ++s) {
-            const auto step = static_cast<int>(s);
-            const GradientError gradient = gradient_error(run, *ref, step);
-            INFO("step " << s << ": loss " << run.losses[s] << " vs " << ref->losses[s]
-                         << "; gradient norm " << run.norms[s] << " vs " << ref->norms[s]
-                         << "; gradients: per-tensor max-normalised error "
-                         << gradient.max_normalised << ", relative L2 " << gradient.l2);
-            const double loss = relative(run.losses[s], ref->losses[s]);
-            const double norm = relative(run.norms[s], ref->norms[s]);
-            worst_loss = std::max(worst_loss, loss);
-            worst_norm = std::max(worst_norm, norm);
-            CHECK(loss < tolerance);
-            CHECK(norm < norm_tolerance());
-            CHECK(gradients_close(gradient, step, &worst_gradient));
-          }
-        }
-        INFO("fingerprint " << run.fingerprint << " vs reference " << fp32.fingerprint);
-        CHECK(relative(run.fingerprint, fp32.fingerprint) < tolerance);
-        if (!sixteen_bit()) CHECK(run.dropped == fp32.dropped);
+        check_against(run, fp32, sixteen_bit() ? &same_dtype : nullptr, worst);
       }
     }
   }
-  if (world.rank() == 0)
-    std::printf(
-        "# %s on %s over %s, %d ranks: worst relative loss difference %.3g, gradient "
-        "norm %.3g, gradient error %.3g (tolerances: losses %.0e, norms %.0e)\n",
-        ted::test::dtype().c_str(), ted::test::device().name().c_str(), world.name().c_str(), G,
-        worst_loss, worst_norm, worst_gradient, tolerance, norm_tolerance());
+  print_worst("drops", worst);
+}
+
+// Dropless: every rank's routing takes its own largest load as the capacity, and the expert
+// group must agree on one (the largest) before its all-to-alls; the tensor ranks' slices (DTD,
+// unsplit experts) and the checkpoint recompute, with and without CAC, must use that same one.
+// fp32 only, and only the switch sets that change how the capacity is used (the optimizer's
+// switches and the all-reduce stash do not), to keep CI short (12 s more at 8 ranks, 2 cores).
+TEST_CASE("dropless gating on every layout equals the single-process reference") {
+  if (sixteen_bit()) return;  // the fp32 entries of CTest run it
+  const char* kDroplessSwitches[] = {"baseline", "checkpointing",
+                                     "all: dtd+rs+checkpointing+cac+tiles",
+                                     "experts not split + checkpointing + cac"};
+  auto& world = ted::test::world();
+  const int G = world.size();
+  Worst worst;
+  for (int top_k : {1, 2}) {
+    const auto fp32 = reference(G, top_k, "fp32", true);
+    REQUIRE(fp32.dropped == 0);
+    for (const auto& layout : ted::all_layouts(G)) {
+      ted::ProcessGrid grid(G, layout);
+      ted::TedGroups groups(ted::test::control(), world, grid);
+      for (const auto& sw : kSwitches) {
+        if (std::none_of(std::begin(kDroplessSwitches), std::end(kDroplessSwitches),
+                         [&](const char* name) { return std::string(name) == sw.name; }))
+          continue;
+        INFO("dropless top-" << top_k << ", " << layout.to_string() << ", " << sw.name << " on "
+                             << ted::test::device().name() << " over " << world.name() << ", rank "
+                             << world.rank());
+        auto run = train(configured(G, top_k, layout, sw, true), ted::test::device(), &groups);
+        check_against(run, fp32, nullptr, worst);
+      }
+    }
+  }
+  print_worst("dropless", worst);
 }
 
 TEST_CASE("fp16: an overflow planted on one rank makes every rank skip that step") {

@@ -1,13 +1,18 @@
 // MoE gating with DeepSpeed-MoE semantics (docs/algorithm.md section 2), on the S tokens of one
 // gating group (one micro-batch on one rank):
-//   probs = softmax(logits); choice 1 = argmax; choice 2 = argmax of the rest (optionally on
-//   logits + Gumbel noise). Capacity C = ceil(k * cf * S / E), at least min_capacity; dropless:
-//   C = the largest expert load. Slots are filled round by round: all first choices (by
-//   position, or by random priority with RTS), then the second choices in the slots left, so
-//   first choices win. A choice that finds its expert full is dropped.
+//   probs = softmax(logits); choice 1 = argmax of the logits (not of probs, which can round
+//   two near logits equal; an exact tie goes to the lower index); choice 2 = argmax of the other
+//   logits (optionally plus Gumbel noise). Capacity C = ceil(k * cf * S / E) computed exactly,
+//   at least min_capacity (also when S < min_capacity); dropless: C = the largest expert load
+//   (the MoE layer then takes the largest over its expert group). Slots are filled round by
+//   round: all first choices (by position, or by random priority with RTS), then the second
+//   choices in the slots left, so first choices win. A choice that finds its expert full is
+//   dropped.
 //   top-1 weight = prob (not renormalised); top-2 weights = g_i k_i / (g_1 k_1 + g_2 k_2) with
 //   k_i = 1 if choice i was kept (a token keeping one choice gets weight 1 there).
-//   aux = E * sum_e mean_s(prob[s,e]) * mean_s(first choice of s is e), before drops.
+//   aux = E * sum_e mean_s(prob[s,e]) * mean_s(first choice of s is e), before drops, summed
+//   in double. Where and why this differs from DeepSpeed-MoE: docs/algorithm.md,
+//   "Differences from DeepSpeed-MoE's gating".
 // Random draws are keyed by (seed, step, layer, global token index). The algorithm runs in a
 // backend (Ops::route): kernels/cpu/gating.cpp is the reference, the CUDA backend makes the
 // same choices.

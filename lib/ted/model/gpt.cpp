@@ -108,6 +108,7 @@ template <typename T>
 MoeExchange GptModel<T>::moe_exchange(bool recompute) const {
   MoeExchange x;
   x.expert = Ep_ > 1 ? parallel_.expert : nullptr;
+  x.expert_control = Ep_ > 1 ? parallel_.expert_control : nullptr;
   x.tensor = T_ > 1 ? parallel_.tensor : nullptr;
   x.dtd = parallel_.dtd;
   x.reduce_scatter = parallel_.reduce_scatter;

@@ -57,6 +57,9 @@ struct ModelParallel {
   bool split_experts = true;
   std::size_t dense_pad = 1;  // flat-buffer padding: the data groups' sizes (ZeRO-1)
   std::size_t expert_pad = 1;
+  // The expert group's host MPI communicator (TedGroups::control): the dropless capacity is
+  // agreed over it, outside the ledger. Needed with `expert` and gating.dropless.
+  Communicator* expert_control = nullptr;
 };
 
 // Throws Error when a token or target id of the `count` given lies outside [0, vocab).

@@ -139,6 +139,37 @@ const T* all_to_all_or_stash(Device& device, const MoeExchange& x, const T* send
   return stash.data();
 }
 
+// Under CAC the recompute's all-to-all outputs come from the stash, [E, sent capacity, h], and
+// so does their capacity: the forward's (padded to a multiple of T when sliced, which plans to
+// itself), found without communicating.
+template <typename T>
+int stashed_capacity(const MoeShape& shape, const MoeExchange& x, int routed,
+                     const MoeActivations<T>& acts) {
+  const std::size_t row = static_cast<std::size_t>(shape.experts) * shape.hidden;
+  const auto sent = static_cast<int>(acts.dispatch_stash.size() / row);
+  const int capacity = make_plan(shape, x, routed).slicing ? sent * size_of(x.tensor) : sent;
+  TED_CHECK(capacity >= routed, "CAC recompute: the stash has fewer slots than the routing");
+  return capacity;
+}
+
+// The capacity the exchange's buffers are sized by, the same on every member of the expert
+// group, whose all-to-alls move equal blocks. With drops it follows from the config alone.
+// Dropless, each routing took its own largest load, so the group agrees on the largest; a
+// larger capacity only adds empty slots, so every routing stands as it is. The tensor ranks
+// route the same tokens, and their expert groups hold the same micro-batches, so every expert
+// group of a tensor group agrees on the same value and DTD's slices line up.
+template <typename T>
+int exchange_capacity(const MoeShape& shape, const GateConfig& config, const MoeExchange& x,
+                      int routed, const MoeActivations<T>& acts) {
+  if (!config.dropless || !x.expert) return routed;
+  if (x.reuse_stash) return stashed_capacity(shape, x, routed, acts);
+  TED_CHECK(x.expert_control != nullptr,
+            "dropless gating over an expert group needs its control communicator");
+  int agreed = routed;
+  x.expert_control->all_reduce(&agreed, &agreed, 1, DataType::i32, ReduceOp::max);
+  return agreed;
+}
+
 }  // namespace
 
 template <typename T>
@@ -152,6 +183,8 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
   Tensor<M> logits(device, static_cast<std::size_t>(S) * E);
   ops.gate_logits(x, params.gate, logits.data(), S, h, E);
   ops.route(logits.data(), S, config, key, acts.routing);
+  acts.routing.capacity =
+      exchange_capacity(shape, config, exchange_cfg, acts.routing.capacity, acts);
   const Routing<M>& r = acts.routing;
   const Plan p = make_plan(shape, exchange_cfg, r.capacity);
   acts.padded_capacity = p.Cp;

@@ -15,7 +15,9 @@
 //   all-gather after the return all-to-all rebuilds the buffer (the expert gradients then differ
 //   across the tensor group and must be summed there);
 //   CAC: the forward keeps both all-to-all outputs (the stash) and the checkpoint recompute
-//   takes them from there instead of communicating again.
+//   takes them from there instead of communicating again;
+//   dropless: the all-to-alls move equal blocks, so the expert group agrees on one capacity,
+//   the largest of its routings' (as DeepSpeed-MoE does), over its host control communicator.
 // Backward mirrors it: an all-to-all's gradient is an all-to-all, an all-gather's is taking
 // one's slice, a slice's is an all-gather, and the column-parallel input gradient is
 // all-reduced (or reduce-scattered) in the tensor group.
@@ -46,7 +48,8 @@ struct MoeGrads {  // in the master type
   M* b2;
 };
 
-// The exchange's communicators carry device buffers (comm/communicator.hpp).
+// The exchange's communicators carry device buffers (comm/communicator.hpp), except
+// expert_control.
 struct MoeExchange {
   Communicator* expert = nullptr;  // all-to-alls (size Ep); null: Ep = 1
   Communicator* tensor = nullptr;  // expert tensor parallelism and DTD (size T); null: T = 1
@@ -56,6 +59,9 @@ struct MoeExchange {
   bool keep_stash = false;       // CAC, first forward: keep the all-to-all outputs
   bool reuse_stash = false;      // CAC, recompute: use them instead of communicating
   bool stash_reduction = false;  // CAC also keeps the expert output's tensor reduction
+  // The expert group's host MPI communicator (TedGroups::control), for the one scalar the group
+  // agrees on, the dropless capacity, outside the ledger. Needed with `expert` and dropless.
+  Communicator* expert_control = nullptr;
 };
 
 template <typename T>

@@ -27,6 +27,7 @@ model::ModelParallel model_parallel(const ParallelConfig& p, TedGroups* groups) 
   if (groups) {
     m.tensor = &groups->tensor();
     m.expert = &groups->expert();
+    m.expert_control = &groups->control(GroupKind::expert);
     m.dense_pad = static_cast<std::size_t>(groups->nonexpert_data().size());
     m.expert_pad = static_cast<std::size_t>(groups->expert_data().size());
   }

@@ -13,9 +13,10 @@
 namespace ted::kernels::cuda {
 namespace {
 
-// One thread per token: softmax, first choice (argmax, lowest index on ties, as
-// std::max_element), second choice (argmax of the rest, on logits + Gumbel noise if asked),
-// the chosen probabilities, and the first-choice counts.
+// One thread per token: softmax, first choice (argmax of the logits, lowest index on ties, as
+// std::max_element; not of the probabilities, which can round two near logits equal), second
+// choice (argmax of the other logits, plus Gumbel noise if asked), the chosen probabilities,
+// and the first-choice counts.
 __global__ void gate_kernel(const float* logits, int tokens, int experts, int top_k,
                             model::GateConfig config, model::RoutingKey key, float* probs,
                             std::int32_t* expert, std::int32_t* slot, float* gate_value,
@@ -24,15 +25,13 @@ __global__ void gate_kernel(const float* logits, int tokens, int experts, int to
   if (s >= tokens) return;
   const float* row = logits + static_cast<std::size_t>(s) * experts;
   float* p = probs + static_cast<std::size_t>(s) * experts;
-  float max = row[0];
-  for (int e = 1; e < experts; ++e) max = fmaxf(max, row[e]);
+  int first = 0;
+  for (int e = 1; e < experts; ++e)
+    if (row[e] > row[first]) first = e;
+  const float max = row[first];
   float sum = 0;
   for (int e = 0; e < experts; ++e) sum += (p[e] = expf(row[e] - max));
-  int first = 0;
-  for (int e = 0; e < experts; ++e) {
-    p[e] /= sum;
-    if (p[e] > p[first]) first = e;
-  }
+  for (int e = 0; e < experts; ++e) p[e] /= sum;
   expert[s * top_k] = first;
   slot[s * top_k] = -1;
   gate_value[s * top_k] = p[first];
@@ -112,20 +111,21 @@ __global__ void weight_kernel(const std::int32_t* slot, const float* gate_value,
   }
 }
 
-// One block: thread e sums expert e's column of probs in token order (as the CPU does), then
-// thread 0 adds the experts' terms in expert order.
+// One block: thread e sums expert e's column of probs in token order, then thread 0 adds the
+// experts' terms in expert order, all in double as the CPU does (a float running sum over the
+// tokens drifts by about 1e-5 relative at S = 1000).
 __global__ void aux_kernel(const float* probs, const std::int32_t* first_count, int tokens,
-                           int experts, float* term, float* aux) {
+                           int experts, double* term, float* aux) {
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    float mean = 0;
-    for (int s = 0; s < tokens; ++s) mean += probs[static_cast<std::size_t>(s) * experts + e];
-    term[e] = tokens ? (mean / tokens) * (static_cast<float>(first_count[e]) / tokens) : 0.0f;
+    double sum = 0;
+    for (int s = 0; s < tokens; ++s) sum += probs[static_cast<std::size_t>(s) * experts + e];
+    term[e] = tokens ? (sum / tokens) * (static_cast<double>(first_count[e]) / tokens) : 0.0;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    float total = 0;
+    double total = 0;
     for (int e = 0; e < experts; ++e) total += term[e];
-    *aux = total * experts;
+    *aux = static_cast<float>(total * experts);
   }
 }
 
@@ -248,7 +248,7 @@ void ensure(Context& ctx, Tensor<T>& tensor, std::size_t size) {
 struct Workspace {
   std::uint64_t *scores, *sorted_scores;
   std::int32_t *identity, *order, *load;
-  float* aux_terms;
+  double* aux_terms;
   void* sort_temp;
   std::size_t sort_bytes;
 };
@@ -265,7 +265,7 @@ Workspace workspace(Context& ctx, DeviceBuffer& buffer, int tokens, int experts,
         static_cast<std::uint64_t*>(nullptr), static_cast<const std::int32_t*>(nullptr),
         static_cast<std::int32_t*>(nullptr), tokens, 0, 64, stream(ctx)));
   const std::size_t n = static_cast<std::size_t>(tokens), e = static_cast<std::size_t>(experts);
-  const std::size_t sizes[] = {8 * n, 8 * n, 4 * n, 4 * n, 4 * e, 4 * e, sort_bytes};
+  const std::size_t sizes[] = {8 * n, 8 * n, 4 * n, 4 * n, 4 * e, 8 * e, sort_bytes};
   std::size_t total = 0;
   for (std::size_t bytes : sizes) total += aligned(bytes);
   if (buffer.bytes() < total) buffer = DeviceBuffer(ctx.device(), total);
@@ -281,7 +281,7 @@ Workspace workspace(Context& ctx, DeviceBuffer& buffer, int tokens, int experts,
   w.identity = static_cast<std::int32_t*>(take(sizes[2]));
   w.order = static_cast<std::int32_t*>(take(sizes[3]));
   w.load = static_cast<std::int32_t*>(take(sizes[4]));
-  w.aux_terms = static_cast<float*>(take(sizes[5]));
+  w.aux_terms = static_cast<double*>(take(sizes[5]));
   w.sort_temp = take(sort_bytes);
   w.sort_bytes = sort_bytes;
   return w;
@@ -327,7 +327,10 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
     check_launch();
   }
 
-  if (config.dropless) {  // capacity = the largest load, read back: the one allowed wait
+  // Dropless: capacity = the largest load, read back (the one allowed wait). It is this
+  // group's own; with expert parallelism the MoE layer (model/moe.cpp) then agrees the largest
+  // over the expert group before the buffers are sized, as for the CPU's routing.
+  if (config.dropless) {
     TED_CHECK_CUDA(cudaMemsetAsync(w.load, 0, E * sizeof(std::int32_t), s));
     load_kernel<<<blocks_for(choices), kThreads, 0, s>>>(r.expert.data(), static_cast<int>(choices),
                                                          w.load);
