@@ -11,7 +11,8 @@ ted_prepare
 project=$TED_BUILD/apps/ted_project
 out=results/projection
 mkdir -p "$out"
-rm -f "$out"/ablation_paper_v100.csv "$out"/memory_paper_v100.csv "$out"/validation_cpu.csv
+rm -f "$out"/ablation_paper_v100.csv "$out"/memory_paper_v100.csv "$out"/validation_cpu.csv \
+  "$out"/search_6.7B-16E_v100_128.csv  # regenerated whole: every program appends
 for experiment in ablation memory; do
   "$project" experiment -c "experiments/$experiment/paper.yaml" \
     --cluster experiments/clusters/v100.yaml --csv "$out/${experiment}_paper_v100.csv"
