@@ -69,6 +69,11 @@ named "one tensor" "hidden 65536 (a 2^34-element tensor)" "${train[@]}" --set mo
 named data.micro_batch "micro-batch 10^8" "${train[@]}" --set data.micro_batch=100000000
 named "does not fit" "a model larger than this machine" "${train[@]}" --set model.hidden=16384 \
   --set model.heads=128 --set model.layers=400 --set model.experts=64
+# An allocation that fails though the projection fits (here: a 1.5 GB address-space limit):
+# one line naming the bytes and what they were for, not MPI's abort banner.
+limited() { (ulimit -v 1500000 && exec "$@"); }
+named "cannot allocate 3227041792 bytes" "a failed allocation" ted_train limited "${train[@]:1}" \
+  --set model.hidden=2048 --set model.heads=16 --set model.layers=8 --set model.vocab=256
 named maxbytes "collbench -b 64G -e 64G" "${collbench[@]}" -b 64G -e 64G
 named maxbytes "collbench -e 16E" "${collbench[@]}" -e 99999999999G
 
