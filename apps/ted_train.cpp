@@ -29,6 +29,7 @@
 #include "ted/core/parallel.hpp"
 #include "ted/core/units.hpp"
 #include "ted/grid/ted_groups.hpp"
+#include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"
 #include "ted/train/trainer.hpp"
 
@@ -138,6 +139,12 @@ int main(int argc, char** argv) {
           throw ted::ConfigError(where + ": keys 'parallel.tp/ep/dp': " + e.what());
         }
         parallel.dp = layout.data;
+        try {
+          ted::model::check_layout(config.model, layout.tensor, layout.expert, parallel.dtd,
+                                   parallel.reduce_scatter, parallel.cac, parallel.cac_all_reduce);
+        } catch (const ted::ConfigError& e) {
+          throw ted::ConfigError(where + " on " + layout.to_string() + ": " + e.what());
+        }
         const std::uint64_t need = ted::projection::projected_peak(config, layout);
         if (check.enabled)
           return ted::report_check("ted_train", where, config.run, ranks, layout, need,

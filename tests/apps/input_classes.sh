@@ -117,6 +117,10 @@ out=$("${train[@]:1}" --check --ranks 8 --tp 2 --ep 2 --csv "$scratch/check.csv"
 [ $? = 0 ] && grep -q "^ted_train: check passed: .* on 8 ranks as T=2 Ep=2 D=2" <<<"$out" &&
   [ ! -e "$scratch/check.csv" ] || fail "--check of a good config: $out"
 named "does not divide" "--check of a layout not dividing the ranks" "${train[@]}" --check --ranks 6 --tp 4
+named "divisible by Ep" "--check of experts not splitting over Ep" "${train[@]}" --check --ranks 4 \
+  --ep 4 --set model.experts=6
+named "divisible by T" "--check of an experiment whose heads do not split over T" ted_ablation \
+  "$apps/ted_ablation" -c "$paper" --check --ranks 128 --set model.heads=2
 out=$(SLURM_NTASKS=128 "$apps/ted_ablation" -c "$paper" --check --csv "$scratch/check.csv" 2>&1)
 [ $? = 0 ] && grep -q "on 128 ranks: 5 points .*judged against cluster v100" <<<"$out" &&
   [ ! -e "$scratch/check.csv" ] || fail "--check of the paper's ablation on 128 ranks: $out"

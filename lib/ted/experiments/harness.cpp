@@ -15,6 +15,7 @@
 #include "ted/core/git_revision.hpp"
 #include "ted/core/units.hpp"
 #include "ted/grid/ted_groups.hpp"
+#include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"
 #include "ted/train/trainer.hpp"
 
@@ -465,6 +466,21 @@ Planner plan_for(const std::string& experiment) {
 
 namespace {
 
+// Every point's model against its layout and switches, before any point runs (a point that
+// failed in the middle of a sweep would have spent the points before it).
+void check_layouts(const Plan& plan, const std::string& where) {
+  for (const auto& point : plan.points) {
+    const auto& par = point.train.parallel;
+    try {
+      model::check_layout(point.train.model, point.layout.tensor, point.layout.expert, par.dtd,
+                          par.reduce_scatter, par.cac, par.cac_all_reduce);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + ": " + point.system.name + " " + point.layout.to_string() + " " +
+                        point.model_name + ": " + e.what());
+    }
+  }
+}
+
 // The memory check of every point before the first is measured, identically on every rank:
 // the points' projected peaks against the free memory of the device each active rank will use.
 // Returns, per point, "" when it fits, else why not.
@@ -561,6 +577,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         if (check.enabled) {
           const int ranks = check.ranks_for(mpi.world_size());
           const Plan plan = planner(config, where, ranks);
+          check_layouts(plan, where);
           const std::string verdict = check_plan(plan, config, experiment, where, ranks);
           check_output();
           if (rank0) std::fputs(verdict.c_str(), stdout);
@@ -578,6 +595,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         if (const char* topology = std::getenv("TED_TOPOLOGY"))
           config.backend += std::string(" (") + topology + ")";
         Plan plan = planner(config, where, mpi.world_size());
+        check_layouts(plan, where);
         check_output();
         const std::vector<std::string> verdicts = memory_verdicts(plan, config, mpi);
         if (!verdicts.empty() && std::all_of(verdicts.begin(), verdicts.end(),

@@ -16,28 +16,35 @@ void check_token_ids(const std::int32_t* tokens, const std::int32_t* targets, in
       throw Error("forward: token id outside the vocabulary of " + std::to_string(vocab));
 }
 
+void check_layout(const ModelConfig& config, int tensor, int expert, bool dtd, bool reduce_scatter,
+                  bool cac, bool cac_all_reduce) {
+  const int f = config.ffn(), E = config.gate.experts;
+  if (E % expert != 0)
+    throw ConfigError("model.experts (" + std::to_string(E) + ") must be divisible by Ep (" +
+                      std::to_string(expert) + ")");
+  if (config.heads % tensor != 0)
+    throw ConfigError("model.heads (" + std::to_string(config.heads) +
+                      ") must be divisible by T (" + std::to_string(tensor) + ")");
+  if (f % tensor != 0)
+    throw ConfigError("the FFN width model.ffn_mult * model.hidden (" + std::to_string(f) +
+                      ") must be divisible by T (" + std::to_string(tensor) + ")");
+  if (reduce_scatter && !dtd)
+    throw ConfigError("the reduce-scatter switch works on DTD's slices: turn dtd on with it");
+  if (cac_all_reduce && !cac)
+    throw ConfigError("cac_all_reduce extends cac: turn cac (and checkpointing) on with it");
+  if (cac && !config.checkpoint)
+    throw ConfigError("cac (communication-aware checkpointing) needs model.checkpoint=true");
+}
+
 template <typename T>
 GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelParallel& parallel)
     : config_(config), device_(device), ops_(make_ops<T>(device)), parallel_(parallel) {
   config_.validate();
   if (parallel_.tensor) T_ = parallel_.tensor->size(), t_ = parallel_.tensor->rank();
   if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
+  check_layout(config_, T_, Ep_, parallel_.dtd, parallel_.reduce_scatter, parallel_.cac,
+               parallel_.cac_all_reduce);
   const int h = config_.hidden, f = config_.ffn(), E = config_.gate.experts;
-  if (E % Ep_ != 0)
-    throw ConfigError("model.experts (" + std::to_string(E) + ") must be divisible by Ep (" +
-                      std::to_string(Ep_) + ")");
-  if (config_.heads % T_ != 0)
-    throw ConfigError("model.heads (" + std::to_string(config_.heads) +
-                      ") must be divisible by T (" + std::to_string(T_) + ")");
-  if (f % T_ != 0)
-    throw ConfigError("the FFN width model.ffn_mult * model.hidden (" + std::to_string(f) +
-                      ") must be divisible by T (" + std::to_string(T_) + ")");
-  if (parallel_.reduce_scatter && !parallel_.dtd)
-    throw ConfigError("the reduce-scatter switch works on DTD's slices: turn dtd on with it");
-  if (parallel_.cac_all_reduce && !parallel_.cac)
-    throw ConfigError("cac_all_reduce extends cac: turn cac (and checkpointing) on with it");
-  if (parallel_.cac && !config_.checkpoint)
-    throw ConfigError("cac (communication-aware checkpointing) needs model.checkpoint=true");
 
   // Shards: column-parallel tensors keep columns t of T, row-parallel ones rows t of T; experts
   // keep experts e of Ep. Everything else is whole on every rank.
