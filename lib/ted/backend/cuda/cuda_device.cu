@@ -59,8 +59,8 @@ class CudaDevice final : public Device {
     cudaError_t rc = cudaMallocAsync(&pointer, bytes, stream_);
     if (rc != cudaSuccess) {
       cudaGetLastError();
-      const std::string text = "cannot allocate " + std::to_string(bytes) + " bytes on " +
-                               name() + ": " + cudaGetErrorString(rc);
+      const std::string text = "cannot allocate " + std::to_string(bytes) + " bytes on " + name() +
+                               ": " + cudaGetErrorString(rc);
       if (rc == cudaErrorMemoryAllocation) throw OutOfMemory(text);
       throw Error(text);
     }
