@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   auto summary = [](const std::vector<Point>& points, const std::vector<Result>& results) {
     std::map<std::string, std::pair<std::uint64_t, std::string>> largest;  // system -> model
     for (std::size_t i = 0; i < points.size(); ++i) {
-      if (points[i].budget < 0 || results[i].status != "measured") continue;
+      if (points[i].budget < 0 || !results[i].ran()) continue;
       auto& best = largest[points[i].system.name];
       if (results[i].peak_total <= static_cast<std::size_t>(points[i].budget) &&
           results[i].parameters > best.first)

@@ -323,10 +323,9 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
   table.add(static_cast<unsigned long long>(r.all_to_all_calls));
   for (auto peak : r.peak) table.add(static_cast<unsigned long long>(peak));
   table.add(static_cast<unsigned long long>(r.peak_total));
-  const bool ran = r.status.rfind("not run", 0) != 0;
   if (budget >= 0)
     table.add(static_cast<long long>(budget))
-        .add(int(ran && r.peak_total <= static_cast<std::size_t>(budget)));
+        .add(int(r.ran() && r.peak_total <= static_cast<std::size_t>(budget)));
   else
     table.add("").add("");
   table.add(r.status).add(r.final_loss).add(git_revision()).add(command);
@@ -642,7 +641,7 @@ void print_progress(int index, int count, const Point& point, const Result& r) {
   std::printf("[%d/%d] %-16s G=%-3d %-14s %-12s ", index + 1, count, point.system.name.c_str(),
               point.layout.world_size(), point.layout.to_string().c_str(),
               point.model_name.c_str());
-  if (r.status.rfind("not run", 0) == 0) {
+  if (!r.ran()) {
     std::printf("%s\n", r.status.c_str());
     std::fflush(stdout);
     return;

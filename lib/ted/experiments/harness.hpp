@@ -91,6 +91,7 @@ struct Result {
   std::string device;               // what ran it: "cpu", "cuda:0 NVIDIA H100 ..." (rank 0's)
   std::string comm;                 // what carried the device buffers: mpi, mpi-staged, nccl
   std::string status = "measured";  // "projected", or "not run: does not fit: ..."
+  bool ran() const { return status.rfind("not run", 0) != 0; }  // measured or projected
 };
 
 // comm_ms and compute_ms of a point from its iterations' times and collective times (ms):
