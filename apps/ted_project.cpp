@@ -40,28 +40,71 @@ std::string stem(const std::string& path) {
 
 void write_assumptions(const std::string& csv, const pj::Cluster& c,
                        const ex::ExperimentConfig& config, const std::string& command) {
-  char text[2048];
-  std::snprintf(
-      text, sizeof text,
-      "Projected by %s (revision %s).\n"
-      "Cluster %s: %d x %s per node, %.3g bytes each, sustained %.3g FLOP/s per device;\n"
-      "  intra-node link %.3g B/s, %.3g s latency; inter-node %.3g B/s, %.3g s latency.\n"
-      "  Source: %s\n"
-      "Model: time = GEMM FLOPs / sustained rate + sum over collectives of (calls x latency +\n"
-      "  nccl-tests bus bytes / link bandwidth); a group inside one node uses the intra-node\n"
-      "  link, one spanning nodes the inter-node link; no overlap of compute and communication;\n"
-      "  element-wise work is not counted. Traffic: exact per-rank bytes of every collective of\n"
-      "  the schedule (tested equal to the ledger). Memory: per-category peaks of the memory\n"
-      "  model (tested within 5%% of the allocator), %s; peak_total adds the categories' peaks\n"
-      "  (an upper bound). Capacity from the formula (capacity factor %.3g, min %d).\n",
-      command.c_str(), std::string(ted::git_revision()).c_str(), c.name.c_str(), c.devices_per_node,
-      c.device.c_str(), c.memory_bytes, c.sustained_flops, c.intra.bandwidth, c.intra.latency,
-      c.inter.bandwidth, c.inter.latency, c.source.c_str(),
-      config.train.run.dtype == "fp32"
-          ? "fp32 throughout"
-          : "mixed precision: 16-bit weights, gradients, activations and "
-            "messages, fp32 master weights with Adam state",
-      config.train.model.gate.capacity_factor, config.train.model.gate.min_capacity);
+  const auto& m = config.train.model;
+  std::string text;
+  auto line = [&](const char* format, auto... values) {
+    char buffer[1024];
+    std::snprintf(buffer, sizeof buffer, format, values...);
+    text += buffer;
+  };
+  line("Projected by %s (revision %s).\n", command.c_str(),
+       std::string(ted::git_revision()).c_str());
+  line("Cluster %s: %d x %s per node, %.4g bytes each.\n", c.name.c_str(), c.devices_per_node,
+       c.device.c_str(), c.memory_bytes);
+  line(
+      "  Compute: peak %.4g FLOP/s (the denominator of pct_of_peak), large-shape GEMMs %.4g\n"
+      "  FLOP/s, element-wise work %.4g B/s per device.\n",
+      c.peak_flops, c.sustained_flops, c.memory_bandwidth);
+  line("  GEMMs: %g units, tiles %g x %g, %g elements of k per tile outside the inner loop.\n",
+       c.gemm.units, c.gemm.tile_m, c.gemm.tile_n, c.gemm.k_overhead);
+  line(
+      "  Links: each device %.4g B/s per direction into its node (latency %.3g s per call,\n"
+      "  %.3g s per all-to-all peer);",
+      c.intra.bandwidth, c.intra.latency, c.intra.peer_latency);
+  if (c.socket_devices > 0)
+    line(" sockets of %d devices joined by %.4g B/s per direction,\n  shared by the socket;",
+         c.socket_devices, c.socket_bandwidth);
+  line(
+      " each node %.4g B/s per direction into the network, shared by\n  its devices (latency "
+      "%.3g s per call, %.3g s per all-to-all peer).\n",
+      c.inter.bandwidth, c.inter.latency, c.inter.peer_latency);
+  line("  Source: %s\n", c.source.c_str());
+  text +=
+      "Time model (lib/ted/projection/time.hpp), per rank, nothing overlapped:\n"
+      "  GEMMs shape by shape (forward; backward: input and weight gradient; the recompute with\n"
+      "  checkpointing): max(waves of tiles over the units x 2 tile_m tile_n (k + k_overhead) at\n"
+      "  the per-unit large-shape rate, the GEMM's bytes / memory bandwidth). The attention\n"
+      "  scores are materialised: two batched GEMMs per sequence and head, and the softmax over\n"
+      "  B x heads x S x S elements is memory-bound work.\n"
+      "  Memory-bound work, bytes / memory bandwidth: LayerNorms, bias + GeLU, bias + residual,\n"
+      "  the fused scale-mask-softmax, the gate's softmax, the dispatch/combine and DTD slice\n"
+      "  copies, the loss, and the fp32 gradient accumulation once per micro-batch; a backward\n"
+      "  pass reads its input and the incoming gradient and writes the outgoing one. Dropout is\n"
+      "  not modelled (the suite's model has none).\n"
+      "  The optimizer step, bytes / memory bandwidth: per element of the rank's ZeRO-1 shard the\n"
+      "  norm's read, the gradient copy into the temporary (the spike; a tile at a time with\n"
+      "  tiles: the same bytes), Adam's reads and writes of its state (and the fp32 master in\n"
+      "  mixed precision), the 16-bit weights written; and the gradients zeroed.\n"
+      "  Collectives: each kind in each TED group, every call paying the latency of the outermost\n"
+      "  level its group spans (an all-to-all also a latency per peer), and the slowest of: the\n"
+      "  bus bytes (nccl-tests) over a device's own link; for rings (all-reduce, all-gather,\n"
+      "  reduce-scatter) the bus bytes times the groups whose ring crosses the same socket link\n"
+      "  or node injection, over that link; for all-to-alls the bytes all members of all groups\n"
+      "  on a node send off the node (or to its other socket), over that link. The slowest\n"
+      "  node counts. Ranks fill nodes in order, tensor fastest, then expert, then data.\n"
+      "  pct_of_peak: model FLOPs per step (Narayanan et al., SC'21: per token and layer 24 h^2 +\n"
+      "  4 S h forward, an MoE FFN as top_k dense FFNs plus the gate's 2 h E, the LM head 2 h V;\n"
+      "  x 3, x 4 with full activation checkpointing) / (time x GPUs x peak).\n"
+      "Traffic: exact per-rank bytes of every collective of the schedule (tested equal to the\n"
+      "  ledger). Memory: per-category peaks of the memory model (tested within 5% of the\n"
+      "  allocator); peak_total adds the categories' peaks (an upper bound).\n";
+  line("Run: %s; %s.\n", config.train.run.dtype.c_str(),
+       config.train.run.dtype == "fp32"
+           ? "fp32 throughout"
+           : "mixed precision: 16-bit weights, activations and messages, fp32 gradients,\n"
+             "  master weights and Adam state");
+  line("Gating: top-%d, capacity factor %.3g, min capacity %d, capacity from the formula.\n",
+       m.gate.top_k, m.gate.capacity_factor, m.gate.min_capacity);
   ted::write_file_atomic(csv + ".assumptions.txt", text);
 }
 

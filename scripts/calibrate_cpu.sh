@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Measures this machine for the projection and writes experiments/clusters/cpu.yaml: the MoE
-# block's GEMM rate on one core (bench_moe_block at the CPU experiments' shape, one thread),
+# Measures this machine for the projection and writes experiments/clusters/cpu.yaml: on one
+# core, sgemm at a large shape (the peak) and at the CPU experiments' FFN shape (the rate their
+# GEMMs run at), and an element-wise pass at the size of their activations (bench_machine);
 # and the collectives' latency and bandwidth between 4 ranks (ted_collbench all-reduce and
 # all-to-all, fitted as time = latency + bus bytes / bandwidth). 4 ranks share the cores.
 #   ./scripts/calibrate_cpu.sh
@@ -9,15 +10,21 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ted_prepare
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "== compute: bench_moe_block, one thread"
-OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 "$TED_BUILD/apps/bench_moe_block" \
-  --benchmark_filter=h128_tokens256 --benchmark_format=json >"$work/block.json"
+echo "== compute: bench_machine, one thread"
+OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 "$TED_BUILD/apps/bench_machine" \
+  --benchmark_filter='large|cpu_ffn|cache' --benchmark_format=json >"$work/machine.json"
 for op in all_reduce all_to_all; do
   echo "== links: $op on 4 ranks"
   OPENBLAS_NUM_THREADS=1 mpirun -n 4 --oversubscribe -q "$TED_BUILD/apps/ted_collbench" \
     --op "$op" -b 1K -e 4M -f 4 -w 5 -n 30 --csv "$work/$op.csv" >/dev/null
 done
-flops=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['benchmarks'][0]['GFLOP/s'] * 1e9)" "$work/block.json")
+rate() {  # rate <benchmark name part> <counter> <scale>
+  /usr/bin/python3 -c "import json,sys; b=[x for x in json.load(open(sys.argv[1]))['benchmarks'] if sys.argv[2] in x['name']]; print('%.4g' % (b[0][sys.argv[3]] * float(sys.argv[4])))" \
+    "$work/machine.json" "$@"
+}
+peak=$(rate large GFLOP/s 1e9)
+flops=$(rate cpu_ffn GFLOP/s 1e9)
+bytes=$(rate cache GB/s 1e9)
 read -r bandwidth latency < <(/usr/bin/python3 scripts/fit_links.py "$work"/all_reduce.csv "$work"/all_to_all.csv)
 cat >experiments/clusters/cpu.yaml <<YAML
 # This machine, measured by scripts/calibrate_cpu.sh: 4 MPI ranks on $(nproc) cores (one node).
@@ -26,13 +33,22 @@ device: cpu-core
 devices_per_node: 4
 cores_per_node: $(nproc)
 memory_bytes: 24e9
-sustained_flops: $flops   # the MoE block's GEMM FLOPs per second on one core (bench_moe_block)
+peak_flops: $peak   # sgemm 2048 x 2048 x 512 on one core (bench_machine)
+sustained_flops: $flops   # sgemm at the CPU experiments' FFN shape, 256 x 512 x 128
+memory_bandwidth: $bytes   # a = b + 3c on 512 KiB arrays (their activations' size, in cache)
+gemm:   # one core: the measured rate is the rate of the experiments' shapes
+  units: 1
+  tile_m: 1
+  tile_n: 1
+  k_overhead: 0
 intra:
   bandwidth: $bandwidth   # fitted over all-reduce and all-to-all, 1 KiB - 4 MiB
   latency: $latency
+  peer_latency: 0   # the fit's latency is per call
 inter:
   bandwidth: $bandwidth   # one node: never used
   latency: $latency
+  peer_latency: 0
 source: measured here by scripts/calibrate_cpu.sh
 YAML
 echo "== wrote experiments/clusters/cpu.yaml"

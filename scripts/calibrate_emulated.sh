@@ -28,13 +28,25 @@ device: cpu-core
 devices_per_node: $per_node
 cores_per_node: $(( $(nproc) / nodes ))   # the emulated nodes share this machine's cores
 memory_bytes: 24e9
+peak_flops: $(value peak_flops)
 sustained_flops: $(value sustained_flops)
+memory_bandwidth: $(value memory_bandwidth)
+gemm:
+  units: 1
+  tile_m: 1
+  tile_n: 1
+  k_overhead: 0
 intra:
   bandwidth: $(sed -n '/^intra:/,/^inter:/s/^  bandwidth:[[:space:]]*\([^#[:space:]]*\).*/\1/p' "$base")
   latency: $(sed -n '/^intra:/,/^inter:/s/^  latency:[[:space:]]*\([^#[:space:]]*\).*/\1/p' "$base")
+  peer_latency: 0
 inter:
-  bandwidth: $bandwidth   # fitted: all-to-all across the emulated nodes, 1 KiB - 4 MiB
-  latency: $latency
+  # Per node: the fitted bus bandwidth of the calibration's all-to-all (expert groups of 2, one
+  # member per node; bus bytes = half of what a rank sends) carries, on each node, its
+  # $per_node ranks' off-node halves: node bandwidth = fitted x $per_node.
+  bandwidth: $(/usr/bin/python3 -c "print('%.4g' % ($bandwidth * $per_node))")
+  latency: $latency   # fitted, per call (one peer)
+  peer_latency: 0
 source: measured here by scripts/calibrate_emulated.sh on $topology
 YAML
 echo "== wrote experiments/clusters/cpu-emulated_$(basename "$topology" .yaml).yaml"

@@ -40,7 +40,14 @@ ConfigSchema ExperimentConfig::schema() {
   s.add("family.hidden", &family_hidden);
   s.add("family.heads", &family_heads);
   s.add("family.layers", &family_layers);
+  s.add("sweep.experts", &sweep_experts);
+  s.add("sweep.global_batch", &sweep_global_batch);
+  s.add("sweep.tile", &sweep_tile);
   s.add("memory.budget_bytes", &budget_bytes);
+  s.add("data.global_batch", &global_batch);
+  s.add("largest.gpus", &largest_gpus);
+  s.add("largest.max_tp", &largest_max_tp);
+  s.add("largest.max_experts", &largest_max_experts);
   return s;
 }
 
@@ -104,12 +111,19 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   count(c.ep, 1, 1 << 24, "layout.ep");
   count(c.dp, 0, 1 << 24, "layout.dp (0: the launched ranks over tp x ep)");
   count(c.budget_bytes, 0, std::numeric_limits<std::int64_t>::max(), "memory.budget_bytes");
-  for (const auto* list :
-       {&c.sweep_ranks, &c.sweep_tp, &c.sweep_ep, &c.sweep_hidden, &c.sweep_heads, &c.sweep_layers,
-        &c.family_hidden, &c.family_heads, &c.family_layers})
+  count(c.global_batch, 0, 1 << 30, "data.global_batch (0: data.micro_batches per rank)");
+  count(c.largest_max_tp, 1, 1 << 24, "largest.max_tp");
+  count(c.largest_max_experts, 1, 1 << 24, "largest.max_experts");
+  for (const auto* list : {&c.sweep_ranks, &c.sweep_tp, &c.sweep_ep, &c.sweep_hidden,
+                           &c.sweep_heads, &c.sweep_layers, &c.sweep_experts, &c.sweep_global_batch,
+                           &c.family_hidden, &c.family_heads, &c.family_layers, &c.largest_gpus})
     for (int value : *list)
       if (value < 1)
-        fail("keys 'sweep.*' and 'family.*' list positive numbers, got " + std::to_string(value));
+        fail("keys 'sweep.*', 'family.*' and 'largest.gpus' list positive numbers, got " +
+             std::to_string(value));
+  for (int value : c.sweep_tile)
+    if (value < 0)
+      fail("key 'sweep.tile' lists tile sizes (0: untiled), got " + std::to_string(value));
   if (c.systems.empty()) fail("key 'systems' must list at least one system");
   for (const auto& name : c.systems) parse_system(name, where + ", key 'systems'");
   try {
@@ -121,7 +135,7 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
 }
 
 Point make_point(const ExperimentConfig& config, const System& system, Layout layout,
-                 const train::TrainConfig& base) {
+                 const train::TrainConfig& base, int global_batch, const std::string& where) {
   Point p;
   p.system = system;
   if (!system.tensor_parallel) {  // DeepSpeed-MoE: the tensor ranks become data ranks
@@ -139,6 +153,16 @@ Point make_point(const ExperimentConfig& config, const System& system, Layout la
   par.reduce_scatter = system.reduce_scatter;
   if (system.cac) p.train.model.checkpoint = true;
   p.train.steps = std::max(1, config.warmup + config.iters);
+  if (global_batch > 0) {
+    const int per_step = p.train.data.micro_batch * layout.expert * layout.data;
+    if (global_batch % per_step != 0)
+      throw ConfigError(where + ": a global batch of " + std::to_string(global_batch) +
+                        " sequences does not divide into micro-batches of " +
+                        std::to_string(p.train.data.micro_batch) + " over the " +
+                        std::to_string(layout.expert * layout.data) + " data-parallel ranks of " +
+                        system.name + " at " + layout.to_string());
+    p.train.data.micro_batches = global_batch / per_step;
+  }
   const auto& m = p.train.model;
   p.model_name = "h" + std::to_string(m.hidden) + "-L" + std::to_string(m.layers) + "-E" +
                  std::to_string(m.gate.experts);
@@ -151,6 +175,9 @@ double now() {
 }
 constexpr CollectiveOp kOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_gather,
                                   CollectiveOp::reduce_scatter, CollectiveOp::all_to_all};
+// The result's per-kind columns, in their order.
+constexpr CollectiveOp kReportedOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_to_all,
+                                          CollectiveOp::all_gather, CollectiveOp::reduce_scatter};
 constexpr GroupKind kGroups[4] = {GroupKind::tensor, GroupKind::expert, GroupKind::expert_data,
                                   GroupKind::nonexpert_data};
 }  // namespace
@@ -178,19 +205,22 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
     for (auto kind : kGroups) groups.group(kind).set_ledger(&ledger);
     train::Trainer trainer(point.train, device, G > 1 ? &groups : nullptr);
     const int steps = iters == 0 ? 1 : warmup + iters;
-    std::vector<double> times, comms;
+    std::vector<double> times, comms, op_times[4];
     double flops = 0;
     for (int step = 0; step < steps; ++step) {
       ledger.clear();
       ranks->barrier();
       double start = now();
       auto record = trainer.step(step);
-      double measured[2] = {now() - start, ledger.total().seconds};
-      ranks->all_reduce(measured, measured, 2, DataType::f64, ReduceOp::max);
+      double measured[6] = {now() - start, ledger.total().seconds};
+      for (int i = 0; i < 4; ++i)
+        for (auto kind : kGroups) measured[2 + i] += ledger.total(kReportedOps[i], kind).seconds;
+      ranks->all_reduce(measured, measured, 6, DataType::f64, ReduceOp::max);
       result.final_loss = record.loss;
       if (iters > 0 && step >= warmup) {
         times.push_back(measured[0] * 1e3);
         comms.push_back(measured[1] * 1e3);
+        for (int i = 0; i < 4; ++i) op_times[i].push_back(measured[2 + i] * 1e3);
         flops = record.flops;
       }
     }
@@ -214,6 +244,7 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
     }
     if (!times.empty()) {
       split_time(times, comms, &result);
+      split_ops(op_times, &result);
       const auto& t = point.train;
       double tokens = static_cast<double>(t.data.micro_batch) * t.data.micro_batches *
                       point.layout.expert * point.layout.data * t.model.seq_len;
@@ -231,6 +262,12 @@ void split_time(const std::vector<double>& times, const std::vector<double>& com
   // medians need not nest, and time spent is never negative.
   r->comm_ms = std::min(percentile(comms, 50), r->time_ms.median);
   r->compute_ms = r->time_ms.median - r->comm_ms;
+}
+
+void split_ops(const std::vector<double> (&op_times)[4], Result* r) {
+  double collectives = 0;
+  for (int i = 0; i < 4; ++i) collectives += r->op_ms[i] = percentile(op_times[i], 50);
+  r->other_ms = std::max(0.0, r->time_ms.median - collectives);
 }
 
 CsvTable result_table() {
@@ -265,6 +302,12 @@ CsvTable result_table() {
                                       "time_ms_p90",
                                       "compute_ms",
                                       "comm_ms",
+                                      "all_reduce_ms",
+                                      "all_to_all_ms",
+                                      "all_gather_ms",
+                                      "reduce_scatter_ms",
+                                      "other_ms",
+                                      "pct_of_peak",
                                       "tokens_per_s",
                                       "tflops_per_rank",
                                       "all_reduce_bytes",
@@ -316,9 +359,14 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
       .add(r.time_ms.p10)
       .add(r.time_ms.p90)
       .add(r.compute_ms)
-      .add(r.comm_ms)
-      .add(r.tokens_per_s)
-      .add(r.tflops_per_rank);
+      .add(r.comm_ms);
+  for (double ms : r.op_ms) table.add(ms);
+  table.add(r.other_ms);
+  if (r.pct_of_peak >= 0)
+    table.add(r.pct_of_peak);
+  else
+    table.add("");
+  table.add(r.tokens_per_s).add(r.tflops_per_rank);
   for (auto bytes : r.bytes_sent) table.add(static_cast<unsigned long long>(bytes));
   table.add(static_cast<unsigned long long>(r.all_to_all_calls));
   for (auto peak : r.peak) table.add(static_cast<unsigned long long>(peak));
@@ -364,6 +412,9 @@ Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int wo
   check_length("sweep.hidden", config.sweep_hidden, false);
   check_length("sweep.heads", config.sweep_heads, false);
   check_length("sweep.layers", config.sweep_layers, false);
+  check_length("sweep.experts", config.sweep_experts, false);
+  check_length("sweep.global_batch", config.sweep_global_batch, false);
+  check_length("sweep.tile", config.sweep_tile, false);
   Plan plan;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const std::string point = "sweep point " + std::to_string(i + 1);
@@ -377,11 +428,16 @@ Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int wo
     if (!config.sweep_hidden.empty()) train.model.hidden = config.sweep_hidden[i];
     if (!config.sweep_heads.empty()) train.model.heads = config.sweep_heads[i];
     if (!config.sweep_layers.empty()) train.model.layers = config.sweep_layers[i];
+    if (!config.sweep_experts.empty()) train.model.gate.experts = config.sweep_experts[i];
+    if (!config.sweep_tile.empty()) train.parallel.tile_elems = config.sweep_tile[i];
     try {
       train.model.validate();
+      train.model.validate_batch(train.data.micro_batch);
     } catch (const ConfigError& e) {
-      fail("keys 'sweep.hidden/heads/layers', " + point + ": " + e.what());
+      fail("keys 'sweep.hidden/heads/layers/experts', " + point + ": " + e.what());
     }
+    const int global_batch =
+        config.sweep_global_batch.empty() ? config.global_batch : config.sweep_global_batch[i];
     if (ranks[i] > world_size) {
       plan.skipped.push_back("skipping " + point + " (G=" + std::to_string(ranks[i]) + ", " +
                              layout.to_string() + "): needs " + std::to_string(ranks[i]) +
@@ -389,7 +445,8 @@ Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int wo
       continue;
     }
     for (const auto& name : config.systems)
-      plan.points.push_back(make_point(config, parse_system(name, where), layout, train));
+      plan.points.push_back(make_point(config, parse_system(name, where), layout, train,
+                                       global_batch, where + ", " + point));
   }
   return plan;
 }
@@ -399,16 +456,15 @@ Plan ablation_plan(const ExperimentConfig& config, const std::string& where, int
   Layout layout;
   if (!fixed_layout(config, where, world_size, &layout, &plan.skipped)) return plan;
   for (const auto& name : config.systems)
-    plan.points.push_back(make_point(config, parse_system(name, where), layout, config.train));
+    plan.points.push_back(make_point(config, parse_system(name, where), layout, config.train,
+                                     config.global_batch, where));
   return plan;
 }
 
 Plan strong_scaling_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
-  if (!config.sweep_hidden.empty() || !config.sweep_heads.empty() || !config.sweep_layers.empty())
-    throw ConfigError(where +
-                      ": keys 'sweep.hidden/heads/layers' change the model, which strong "
-                      "scaling keeps fixed");
   Plan plan = sweep_plan(config, where, world_size);
+  // A global batch already shares the step's sequences among the data-parallel ranks.
+  if (config.global_batch > 0 || !config.sweep_global_batch.empty()) return plan;
   for (auto& point : plan.points) {
     const int data_parallel = point.layout.expert * point.layout.data;
     int& micro = point.train.data.micro_batches;
@@ -422,18 +478,19 @@ Plan strong_scaling_plan(const ExperimentConfig& config, const std::string& wher
   return plan;
 }
 
-Plan memory_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
-  Plan plan = sweep_plan(config, where, world_size);
+namespace {
+
+// The family's base models (checked: one entry per model, each a valid model).
+std::vector<train::TrainConfig> family_models(const ExperimentConfig& config,
+                                              const std::string& where) {
   const auto& hidden = config.family_hidden;
-  if (hidden.empty()) return plan;
   if (config.family_heads.size() != hidden.size() || config.family_layers.size() != hidden.size())
     throw ConfigError(where +
                       ": keys 'family.hidden/heads/layers' must have one entry per model (" +
                       std::to_string(hidden.size()) + ")");
   if (config.budget_bytes <= 0)
     throw ConfigError(where + ": key 'memory.budget_bytes' must be positive with a family");
-  Layout layout;
-  if (!fixed_layout(config, where, world_size, &layout, &plan.skipped)) return plan;
+  std::vector<train::TrainConfig> models;
   for (std::size_t i = 0; i < hidden.size(); ++i) {
     train::TrainConfig train = config.train;
     train.model.hidden = hidden[i];
@@ -445,8 +502,86 @@ Plan memory_plan(const ExperimentConfig& config, const std::string& where, int w
       throw ConfigError(where + ": keys 'family.*', model " + std::to_string(i + 1) + ": " +
                         e.what());
     }
+    models.push_back(train);
+  }
+  return models;
+}
+
+// The largest trainable model: for each GPU count and system, every family model with every
+// power-of-two expert count up to largest.max_experts (expert-parallel degree = experts) and
+// every tensor degree up to largest.max_tp that lays it out; the one with the most parameters
+// whose projected peak fits memory.budget_bytes (ties: the smaller peak). When none fits, the
+// candidate with the smallest peak, so its row says by how much.
+Plan largest_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
+  if (config.family_hidden.empty())
+    throw ConfigError(where + ": keys 'largest.*' need the base models in 'family.*'");
+  const auto models = family_models(config, where);
+  const auto budget = static_cast<std::uint64_t>(config.budget_bytes);
+  Plan plan;
+  for (int gpus : config.largest_gpus) {
+    if (gpus > world_size) {
+      plan.skipped.push_back("skipping the largest model on " + std::to_string(gpus) +
+                             " GPUs: needs " + std::to_string(gpus) + " ranks, " +
+                             std::to_string(world_size) + " launched");
+      continue;
+    }
     for (const auto& name : config.systems) {
-      Point point = make_point(config, parse_system(name, where), layout, train);
+      const System system = parse_system(name, where);
+      struct Best {
+        Point point;
+        std::uint64_t parameters = 0, peak = 0;
+        bool found = false;
+      } fitting, smallest;
+      for (const auto& base : models)
+        for (int experts = 2; experts <= config.largest_max_experts; experts *= 2)
+          for (int tp = 1; tp <= (system.tensor_parallel ? config.largest_max_tp : 1); ++tp) {
+            if (gpus % (tp * experts) != 0) continue;
+            train::TrainConfig train = base;
+            train.model.gate.experts = experts;
+            const Layout layout{tp, experts, gpus / (tp * experts)};
+            Point point = make_point(config, system, layout, train);
+            const auto& par = point.train.parallel;
+            try {
+              model::check_layout(point.train.model, tp, experts, par.dtd, par.reduce_scatter,
+                                  par.cac, par.cac_all_reduce);
+              point.train.model.validate_batch(point.train.data.micro_batch);
+            } catch (const ConfigError&) {
+              continue;  // this tensor degree does not split the model
+            }
+            const std::uint64_t peak = projection::projected_peak(point.train, point.layout);
+            const projection::ParameterParts whole =
+                projection::parameter_parts(point.train.model, Layout{1, 1, 1}, true);
+            const std::uint64_t parameters = whole.dense + whole.expert;
+            if (peak <= budget && (!fitting.found || parameters > fitting.parameters ||
+                                   (parameters == fitting.parameters && peak < fitting.peak)))
+              fitting = {point, parameters, peak, true};
+            if (!smallest.found || peak < smallest.peak) smallest = {point, parameters, peak, true};
+          }
+      if (!smallest.found)
+        throw ConfigError(where + ": no family model lays out on " + std::to_string(gpus) +
+                          " GPUs for " + name);
+      Point chosen = fitting.found ? fitting.point : smallest.point;
+      chosen.budget = config.budget_bytes;
+      plan.points.push_back(chosen);
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+Plan memory_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
+  if (!config.largest_gpus.empty()) return largest_plan(config, where, world_size);
+  Plan plan = sweep_plan(config, where, world_size);
+  const auto& hidden = config.family_hidden;
+  if (hidden.empty()) return plan;
+  const auto models = family_models(config, where);
+  Layout layout;
+  if (!fixed_layout(config, where, world_size, &layout, &plan.skipped)) return plan;
+  for (const auto& train : models) {
+    for (const auto& name : config.systems) {
+      Point point =
+          make_point(config, parse_system(name, where), layout, train, config.global_batch, where);
       point.budget = config.budget_bytes;
       plan.points.push_back(point);
     }

@@ -9,9 +9,16 @@
 //            dtype (fp32 | bf16 | fp16), comm (mpi | nccl), loss_scale, loss_scale_window
 //   layout:  tp ep dp                    the layout of ablation and memory
 //   systems: [ted-baseline, ted+dtd, ...] (see parse_system)
-//   sweep:   ranks tp ep hidden heads layers   (lists, one entry per point)
+//   data:    global_batch  sequences per optimizer step of the whole job (0: data.micro_batches
+//            per data-parallel rank); each point's micro-batches = global_batch / (micro_batch
+//            x Ep x D), which must divide
+//   sweep:   ranks tp ep hidden heads layers experts global_batch tile   (lists, one entry per
+//            point; tile: parallel.tile_elems, 0 = untiled)
 //   family:  hidden heads layers                 (lists) the memory experiment's base models
 //   memory:  budget_bytes
+//   largest: gpus max_tp max_experts   the memory experiment's largest trainable model: for each
+//            GPU count and system, the family model x power-of-two experts (Ep = experts) x
+//            tensor degree with the most parameters whose projected peak fits budget_bytes
 #pragma once
 
 #include <cstdint>
@@ -38,8 +45,12 @@ struct ExperimentConfig {
   int tp = 1, ep = 1, dp = 0;
   std::vector<std::string> systems;
   std::vector<int> sweep_ranks, sweep_tp, sweep_ep, sweep_hidden, sweep_heads, sweep_layers;
+  std::vector<int> sweep_experts, sweep_global_batch, sweep_tile;
   std::vector<int> family_hidden, family_heads, family_layers;  // memory: growing base models
   std::int64_t budget_bytes = 0;
+  int global_batch = 0;  // data.global_batch
+  std::vector<int> largest_gpus;
+  int largest_max_tp = 8, largest_max_experts = 128;
 
   ConfigSchema schema();
 };
@@ -72,13 +83,21 @@ struct Point {
   std::string model_name;    // e.g. "h64-L4-E8"
   std::int64_t budget = -1;  // memory experiment: the per-rank budget this point is judged by
 };
+// global_batch > 0: the point's data.micro_batches from the whole step's sequences (a
+// ConfigError naming `where` when they do not divide over its data-parallel ranks).
 Point make_point(const ExperimentConfig& config, const System& system, Layout layout,
-                 const train::TrainConfig& train);
+                 const train::TrainConfig& train, int global_batch = 0,
+                 const std::string& where = "");
 
 struct Result {
   Summary time_ms;
   double comm_ms = 0;     // median over iterations of the slowest rank's collective time
   double compute_ms = 0;  // median time minus comm, never negative (split_time)
+  // The collective time by kind (median over iterations of the slowest rank's): all_reduce,
+  // all_to_all, all_gather, reduce_scatter; other_ms is the rest of the median time.
+  double op_ms[4] = {};
+  double other_ms = 0;
+  double pct_of_peak = -1;  // model FLOPs over the peak of all devices; < 0: no stated peak
   double tokens_per_s = 0;
   double tflops_per_rank = 0;
   double final_loss = 0;
@@ -97,6 +116,9 @@ struct Result {
 // comm_ms and compute_ms of a point from its iterations' times and collective times (ms):
 // comm is the median collective time, at most the median time; compute is the rest.
 void split_time(const std::vector<double>& times, const std::vector<double>& comms, Result* r);
+// op_ms from each kind's per-iteration times (ms, the slowest rank's), other_ms the rest of the
+// median time (never negative).
+void split_ops(const std::vector<double> (&op_times)[4], Result* r);
 
 // Runs `point` on world ranks 0 .. G-1 (the others wait) for warmup + iters steps, on the
 // backend, dtype and communicator of point.train.run; iters = 0 is the correctness-only mode:

@@ -1,50 +1,53 @@
-// A cluster description (experiments/clusters/*.yaml) and the time of one optimizer step on it:
-// computation = the step's GEMM FLOPs / the device's sustained rate; communication = for every
-// collective kind and group, calls x latency + bus bytes / bandwidth, where a group inside one
-// node uses the intra-node link and a group spanning nodes the inter-node one (ranks fill
-// nodes in order, tensor fastest). Bus bytes as nccl-tests defines them (ledger.hpp bus_bytes).
-// No overlap of computation and communication is assumed.
+// A cluster description (experiments/clusters/*.yaml): what one device computes and holds, and
+// the links between devices at three levels — each device's own link into its node, optionally
+// the link between the sockets of a node (shared by the socket's devices), and the node's
+// network injection (shared by all its devices). Every rate is given in the file with where it
+// comes from; nothing is defaulted. The time model that reads it is projection/time.hpp.
 #pragma once
 
 #include <string>
 
-#include "ted/projection/memory.hpp"
-#include "ted/projection/traffic.hpp"
-
 namespace ted::projection {
 
 struct Link {
-  double bandwidth = 1e9;  // bytes/s per rank (bus bandwidth)
-  double latency = 1e-5;   // s per collective call
+  double bandwidth = 1e9;   // bytes/s in one direction (intra: per device; inter: per node)
+  double latency = 1e-5;    // s per collective call
+  double peer_latency = 0;  // s per peer of an all-to-all (its point-to-point messages)
+};
+
+// The GEMM library's granularity: a GEMM's output is cut into tile_m x tile_n tiles, each
+// computed by one of `units` compute units (SMs) in waves; a tile spends k_overhead elements'
+// worth of its inner loop outside it (pipeline fill and epilogue). CPU files: 1, 1, 1, 0 (the
+// rate then is the rate of every shape).
+struct GemmGranularity {
+  double units = 1;
+  double tile_m = 1;
+  double tile_n = 1;
+  double k_overhead = 0;
 };
 
 struct Cluster {
   std::string name;
-  std::string device;  // e.g. "V100-32GB"
+  std::string device;  // e.g. "V100-SXM2-16GB"
   int devices_per_node = 8;
   // CPU nodes: cores shared by the ranks on a node (a point with more ranks on a node than
   // cores runs each slower). 0: devices that share nothing (GPUs).
   double cores_per_node = 0;
-  double memory_bytes = 32e9;     // per device
-  double sustained_flops = 1e12;  // per device, in the dtype the experiments run (GEMM rate)
-  Link intra, inter;
+  double memory_bytes = 32e9;      // per device
+  double peak_flops = 1e12;        // per device, the dtype's peak: the denominator of % of peak
+  double sustained_flops = 1e12;   // per device, GEMMs of large shapes in the experiments' dtype
+  double memory_bandwidth = 1e11;  // per device, bytes/s that element-wise kernels sustain
+  GemmGranularity gemm;
+  Link intra;  // one device's link into its node (bus bandwidth of a group inside one socket)
+  // Optional (devices 0: none): the link between the sockets of a node, per direction, shared
+  // by the devices of a socket (Summit's X-Bus).
+  int socket_devices = 0;
+  double socket_bandwidth = 0;
+  Link inter;          // the node's network injection, per direction, shared by its devices
   std::string source;  // where the numbers come from
 
   // Throws ConfigError naming the file and key.
   static Cluster load(const std::string& path);
 };
-
-struct StepTime {
-  double compute = 0;
-  double communication = 0;
-  double total() const { return compute + communication; }
-};
-
-// GEMM FLOPs of one optimizer step on one rank (forward, backward, and the recompute).
-double step_flops(const StepShape& shape);
-StepTime step_time(const StepShape& shape, const Cluster& cluster);
-
-// Whether rank 0's group of this kind spans more than one node.
-bool spans_nodes(const Layout& layout, GroupKind group, int devices_per_node);
 
 }  // namespace ted::projection

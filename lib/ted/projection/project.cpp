@@ -33,6 +33,12 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
                   s.layout.data * m.seq_len;
   r.tokens_per_s = tokens / t.total();
   r.tflops_per_rank = step_flops(s) / t.total() / 1e12;
+  r.op_ms[0] = t.of(CollectiveOp::all_reduce) * 1e3;
+  r.op_ms[1] = (t.of(CollectiveOp::all_to_all) + t.of(CollectiveOp::all_to_all_v)) * 1e3;
+  r.op_ms[2] = t.of(CollectiveOp::all_gather) * 1e3;
+  r.op_ms[3] = t.of(CollectiveOp::reduce_scatter) * 1e3;
+  r.other_ms = t.compute * 1e3;
+  r.pct_of_peak = percent_of_peak(s, cluster, t.total());
   r.final_loss = 0;
   r.status = "projected";
   const CollectiveOp ops[4] = {CollectiveOp::all_reduce, CollectiveOp::all_gather,

@@ -8,6 +8,8 @@
 
 #include "ted/experiments/harness.hpp"
 #include "ted/projection/cluster.hpp"
+#include "ted/projection/memory.hpp"
+#include "ted/projection/time.hpp"
 
 namespace ted::projection {
 

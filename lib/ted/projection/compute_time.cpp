@@ -1,0 +1,210 @@
+// The compute half of the time model (time.hpp): GEMMs shape by shape, the memory-bound
+// passes, the optimizer step, and the model FLOPs of % of peak.
+#include <algorithm>
+#include <cmath>
+
+#include "ted/model/gating.hpp"
+#include "ted/projection/time.hpp"
+
+namespace ted::projection {
+
+namespace {
+
+// The sizes the counts below use, for one micro-batch on one rank.
+struct Dims {
+  double T, B, S, N, h, hl, Hl, dh, fl, E, Ep, K, V, Cp, expert_f, expert_rows;
+  double full, sent;  // the dispatch buffer E x Cp x h, and what one rank sends of it
+  bool split, slicing;
+};
+
+Dims dims_of(const StepShape& s) {
+  const auto& m = s.model;
+  const auto& p = s.parallel;
+  Dims d{};
+  d.T = s.layout.tensor;
+  d.B = s.micro_batch;
+  d.S = m.seq_len;
+  d.N = d.B * d.S;
+  d.h = m.hidden;
+  d.hl = d.h / d.T;
+  d.Hl = static_cast<double>(m.heads) / d.T;
+  d.dh = d.hl / d.Hl;
+  d.fl = m.ffn() / d.T;
+  d.E = m.gate.experts;
+  d.Ep = s.layout.expert;
+  d.K = m.gate.top_k;
+  d.V = m.vocab;
+  d.split = p.split_experts || s.layout.tensor == 1;
+  d.slicing = (p.dtd || !d.split) && s.layout.tensor > 1;
+  const double C = model::expert_capacity(m.gate, static_cast<int>(d.N));
+  d.Cp = d.slicing ? std::ceil(C / d.T) * d.T : C;
+  // Each local expert runs Ep x Cp rows (its capacity from every rank of the expert group),
+  // all of them over a 1/T slice of its FFN when split, 1/T of them over the whole FFN if not.
+  d.expert_f = d.split ? d.fl : m.ffn();
+  d.expert_rows = d.split ? d.Ep * d.Cp : d.Ep * d.Cp / d.T;
+  d.full = d.E * d.Cp * d.h;
+  d.sent = d.slicing ? d.full / d.T : d.full;
+  return d;
+}
+
+double forward_passes(const StepShape& s) {
+  return s.model.checkpoint ? 2.0 : 1.0;
+}
+
+}  // namespace
+
+std::vector<GemmShape> forward_gemms(const StepShape& s) {
+  const auto& m = s.model;
+  const Dims d = dims_of(s);
+  std::vector<GemmShape> g;
+  for (int l = 0; l < m.layers; ++l) {
+    g.push_back({d.N, 3 * d.hl, d.h});          // qkv (column-parallel)
+    g.push_back({d.S, d.S, d.dh, d.B * d.Hl});  // scores Q K^T, per sequence and head
+    g.push_back({d.S, d.dh, d.S, d.B * d.Hl});  // probabilities x V
+    g.push_back({d.N, d.h, d.hl});              // output projection (row-parallel)
+    if (m.is_moe(l)) {
+      g.push_back({d.N, d.E, d.h});                          // the gate
+      const double local = d.E / d.Ep;                       // experts on this rank
+      g.push_back({d.expert_rows, d.expert_f, d.h, local});  // fc1
+      g.push_back({d.expert_rows, d.h, d.expert_f, local});  // fc2
+    } else {
+      g.push_back({d.N, d.fl, d.h});  // fc1 (column-parallel)
+      g.push_back({d.N, d.h, d.fl});  // fc2 (row-parallel)
+    }
+  }
+  g.push_back({d.N, d.V, d.h});  // LM head
+  return g;
+}
+
+double step_flops(const StepShape& s) {
+  double forward = 0;
+  for (const auto& g : forward_gemms(s)) forward += g.flops();
+  return forward * (forward_passes(s) + 2.0) * s.micro_batches;
+}
+
+double gemm_time(const GemmShape& g, const Cluster& c, double w) {
+  const auto& q = c.gemm;
+  const double tiles = std::ceil(g.m / q.tile_m) * std::ceil(g.n / q.tile_n) * g.count;
+  const double waves = std::ceil(tiles / q.units);
+  const double per_unit = c.sustained_flops / q.units;
+  const double compute = waves * 2 * q.tile_m * q.tile_n * (g.k + q.k_overhead) / per_unit;
+  const double bytes = w * (g.m * g.k + g.k * g.n + g.m * g.n) * g.count;
+  return std::max(compute, bytes / c.memory_bandwidth);
+}
+
+// Element touches (reads + writes) of each element-wise pass, forward and backward; a backward
+// reads what its forward read and the incoming gradient and writes the outgoing one.
+double memory_bound_bytes(const StepShape& s) {
+  const auto& m = s.model;
+  const Dims d = dims_of(s);
+  const double w = static_cast<double>(s.element_bytes), mw = static_cast<double>(s.master_bytes());
+  const double X = d.N * d.h;
+  const double scores = d.B * d.Hl * d.S * d.S;  // one layer's attention probabilities
+  double forward = 0, backward = 0;              // in bytes, per micro-batch
+  auto pass = [&](double fwd_touches, double bwd_touches, double bytes) {
+    forward += fwd_touches * bytes;
+    backward += bwd_touches * bytes;
+  };
+  double layers_fwd = 0;  // the blocks' forward, which the recompute runs again
+  for (int l = 0; l < m.layers; ++l) {
+    const double f0 = forward;
+    pass(2, 3, w * X);       // LayerNorm 1: read x, write y | read x, dy, write dx
+    pass(2, 3, w * scores);  // scale, causal mask, softmax (fused) | its backward
+    pass(3, 3, w * X);       // bias + residual after the projection
+    pass(2, 3, w * X);       // LayerNorm 2
+    if (m.is_moe(l)) {
+      pass(2, 3, mw * d.N * d.E);  // gate softmax and top-k over the fp32 logits
+      // Dispatch: tokens copied into the capacity buffer, the DTD slice and the all-gather's
+      // reordering, the return slice, and the combine reading the returned rows.
+      pass(1, 1, w * (d.N * d.K * d.h + d.full));
+      if (d.slicing) pass(4, 4, w * d.full);  // slice and rebuild, on both sides of the experts
+      const double hidden = (d.E / d.Ep) * d.expert_rows * d.expert_f;
+      pass(2, 3, w * hidden);                          // bias + GeLU inside the experts
+      pass(1, 1, w * (d.full + d.N * d.K * d.h + X));  // combine into the residual
+    } else {
+      pass(2, 3, w * d.N * d.fl);  // bias + GeLU
+      pass(3, 3, w * X);           // bias + residual
+    }
+    layers_fwd += forward - f0;
+  }
+  pass(2, 3, w * X);          // final LayerNorm
+  pass(2, 2, w * d.N * d.V);  // the loss: log-sum-exp over the logits | its gradient
+  const double recompute = m.checkpoint ? layers_fwd : 0;
+  // Weight gradients accumulate into the master-type buffers once per micro-batch (read and
+  // write every element of this rank's gradients).
+  const ParameterParts parts = parameter_parts(m, s.layout, d.split);
+  const double accumulate = 2 * mw * static_cast<double>(parts.dense + parts.expert);
+  return (forward + recompute + backward + accumulate) * s.micro_batches;
+}
+
+double optimizer_bytes(const StepShape& s) {
+  const auto& p = s.parallel;
+  const bool distributed = s.layout.world_size() > 1;
+  const bool split = p.split_experts || s.layout.tensor == 1;
+  const ParameterParts parts = parameter_parts(s.model, s.layout, split);
+  const double dense_n = distributed && p.zero1 ? s.layout.expert * s.layout.data : 1;
+  const double expert_n = distributed && p.zero1 ? s.layout.data : 1;
+  const double mine =
+      static_cast<double>(parts.dense) / dense_n + static_cast<double>(parts.expert) / expert_n;
+  const double w = static_cast<double>(s.element_bytes), mw = static_cast<double>(s.master_bytes());
+  const bool mixed = w < mw;
+  // Per element of this rank's shard: the norm reads the gradient; the temporary copy reads it
+  // and writes the copy (unscaled, clipped); Adam reads the copy, m, v (and the fp32 master in
+  // mixed precision) and writes them back; the kernels' weights are written in their type.
+  const double state = (mixed ? 3 : 2) * mw;
+  const double per_element = mw + 2 * mw + (mw + 2 * state) + w;
+  // Zeroing every gradient of the rank for the next step.
+  const double zero = mw * static_cast<double>(parts.dense + parts.expert);
+  return per_element * mine + zero;
+}
+
+double model_flops(const StepShape& s) {
+  const auto& m = s.model;
+  const double S = m.seq_len, h = m.hidden, E = m.gate.experts, K = m.gate.top_k;
+  double per_token = 2 * h * m.vocab;  // LM head
+  for (int l = 0; l < m.layers; ++l) {
+    per_token += 8 * h * h + 4 * S * h;  // qkv, projection, scores and probabilities x V
+    const double ffn = 4 * h * static_cast<double>(m.ffn());
+    per_token += m.is_moe(l) ? K * ffn + 2 * h * E : ffn;
+  }
+  const double tokens =
+      static_cast<double>(s.micro_batch) * s.micro_batches * S * s.layout.expert * s.layout.data;
+  return per_token * tokens * (forward_passes(s) + 2.0);
+}
+
+double percent_of_peak(const StepShape& s, const Cluster& c, double seconds) {
+  return model_flops(s) / (seconds * s.layout.world_size() * c.peak_flops) * 100;
+}
+
+StepTime step_time(const StepShape& s, const Cluster& c) {
+  StepTime t;
+  // CPU nodes: ranks beyond the cores time-share them.
+  const double ranks_on_node = std::min(s.layout.world_size(), c.devices_per_node);
+  const double share = c.cores_per_node > 0 ? std::min(1.0, c.cores_per_node / ranks_on_node) : 1.0;
+  const double w = static_cast<double>(s.element_bytes);
+  double forward = 0;
+  for (const auto& g : forward_gemms(s)) {
+    // Backward: the input gradient [m, k] = dC B^T and the weight gradient [k, n] = A^T dC.
+    const GemmShape input_gradient{g.m, g.k, g.n, g.count};
+    const GemmShape weight_gradient{g.k, g.n, g.m, g.count};
+    t.gemm += gemm_time(input_gradient, c, w) + gemm_time(weight_gradient, c, w);
+    forward += gemm_time(g, c, w);
+  }
+  t.gemm = (t.gemm + forward * forward_passes(s)) * s.micro_batches / share;
+  t.memory_bound = memory_bound_bytes(s) / c.memory_bandwidth / share;
+  t.optimizer = optimizer_bytes(s) / c.memory_bandwidth / share;
+  t.compute = t.gemm + t.memory_bound + t.optimizer;
+
+  const StepTraffic traffic = step_traffic(s);
+  for (auto group :
+       {GroupKind::tensor, GroupKind::expert, GroupKind::expert_data, GroupKind::nonexpert_data})
+    for (std::size_t op = 0; op < kCollectiveOpCount; ++op) {
+      const Traffic& x = traffic[op][static_cast<std::size_t>(group)];
+      if (!x.calls) continue;
+      t.collective[op] += collective_time(static_cast<CollectiveOp>(op), group, x, s.layout, c);
+    }
+  for (double seconds : t.collective) t.communication += seconds;
+  return t;
+}
+
+}  // namespace ted::projection
