@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The projection's results: the paper's ablation and memory experiment projected on 128 V100s,
-# the layout search for the 6.7B-base 16-expert model there, and the validation against the
-# CPU experiments measured on this machine (results/<experiment>/cpu.csv). CSVs (with
-# .assumptions.txt sidecars) in results/projection/, figures in plots/projection_*.png.
+# The projection's results: the paper's experiments as the paper ran them, projected on its
+# machines (weak and strong scaling, the ablation and the largest trainable model on Summit, the
+# optimizer spike on ThetaGPU; experiments/*/paper*.yaml, experiments/clusters/), the layout
+# search for the ablation's model, and the validation against the CPU experiments measured on
+# this machine (results/<experiment>/cpu.csv). CSVs (with .assumptions.txt sidecars) in
+# results/projection/, figures in plots/paper_*.png and plots/projection_*.png.
 # Run ./scripts/calibrate_cpu.sh first to measure this machine anew.
 #   ./scripts/project.sh
 set -euo pipefail
@@ -11,16 +13,25 @@ ted_prepare
 project=$TED_BUILD/apps/ted_project
 out=results/projection
 mkdir -p "$out"
-rm -f "$out"/ablation_paper_v100.csv "$out"/memory_paper_v100.csv "$out"/validation_cpu.csv \
-  "$out"/search_6.7B-16E_v100_128.csv  # regenerated whole: every program appends
-for experiment in ablation memory; do
-  "$project" experiment -c "experiments/$experiment/paper.yaml" \
-    --cluster experiments/clusters/v100.yaml --csv "$out/${experiment}_paper_v100.csv"
-done
-/usr/bin/python3 plots/plot_ablation.py "$out/ablation_paper_v100.csv" plots/projection_ablation_v100.png
-/usr/bin/python3 plots/plot_memory.py "$out/memory_paper_v100.csv" plots/projection_memory_v100.png
-"$project" search -c experiments/ablation/paper.yaml --cluster experiments/clusters/v100.yaml \
-  --gpus 128 --top 15 --csv "$out/search_6.7B-16E_v100_128.csv"
+plot() { /usr/bin/python3 plots/plot_paper.py "$@"; }
+# Each CSV is regenerated whole: every program appends.
+projected() {  # projected <experiment/yaml stem> -> the CSV's path on stdout
+  local yaml=experiments/$1.yaml cluster
+  cluster=$(sed -n 's/^  cluster: experiments\/clusters\/\([^.]*\)\.yaml.*/\1/p' "$yaml")
+  local csv=$out/$(dirname "$1")_$(basename "$1")_$cluster.csv
+  rm -f "$csv"
+  "$project" experiment -c "$yaml" --csv "$csv" >&2
+  echo "$csv"
+}
+plot weak "$(projected weak_scaling/paper)" plots/paper_weak_scaling.png
+plot strong "$(projected strong_scaling/paper)" "$(projected strong_scaling/paper-6.7B-4E)" \
+  plots/paper_strong_scaling.png
+plot ablation "$(projected ablation/paper)" plots/paper_ablation.png
+plot largest "$(projected memory/paper)" plots/paper_largest_model.png
+plot spike "$(projected memory/paper-spike)" plots/paper_optimizer_spike.png
+search=$out/search_6.7B-16E_summit_128.csv
+rm -f "$search" "$out"/validation_cpu.csv
+"$project" search -c experiments/ablation/paper.yaml --gpus 128 --top 15 --csv "$search"
 for experiment in ablation weak_scaling strong_scaling; do
   "$project" validate -c "experiments/$experiment/cpu.yaml" --cluster experiments/clusters/cpu.yaml \
     --measured "results/$experiment/cpu.csv" --csv "$out/validation_cpu.csv" | tail -1

@@ -18,7 +18,7 @@ weak=(ted_weak_scaling "$apps/ted_weak_scaling" -c "$root/experiments/weak_scali
 memory=(ted_memory "$apps/ted_memory" -c "$root/experiments/memory/cpu.yaml")
 collbench=(ted_collbench "$apps/ted_collbench")
 paper="$root/experiments/ablation/paper.yaml"
-v100="$root/experiments/clusters/v100.yaml"
+cluster="$root/experiments/clusters/summit.yaml"
 project() { "$apps/ted_project" "$@"; }
 # The message must also name what was wrong.
 named() {  # <text> <description> <program> <command...>
@@ -44,8 +44,8 @@ named memory.budget_bytes "a negative budget" "${memory[@]}" --set memory.budget
 named iters "collbench -n -1" "${collbench[@]}" -n -1
 named "tensor size T" "collbench --tp 0" "${collbench[@]}" --tp 0
 named --ranks "--check --ranks 0" "${train[@]}" --check --ranks 0
-named --gpus "search --gpus 0" ted_project project search -c "$paper" --cluster "$v100" --gpus 0
-named --top "search --top 0" ted_project project search -c "$paper" --cluster "$v100" --gpus 8 --top 0
+named --gpus "search --gpus 0" ted_project project search -c "$paper" --cluster "$cluster" --gpus 0
+named --top "search --top 0" ted_project project search -c "$paper" --cluster "$cluster" --gpus 8 --top 0
 
 echo "## non-finite and absurd floats"
 named gating.capacity_factor "capacity factor inf" "${train[@]}" --set gating.capacity_factor=inf
@@ -58,7 +58,7 @@ named data.noise "noise nan" "${train[@]}" --set data.noise=nan
 named run.loss_scale "loss scale -inf" "${ablation[@]}" --set run.loss_scale=-inf
 printf 'experiment: ablation\ngating:\n  capacity_factor: .nan\nsystems: [ted]\n' >"$scratch/nan.yaml"
 named gating.capacity_factor "YAML .nan" ted_ablation "$apps/ted_ablation" -c "$scratch/nan.yaml"
-sed 's/^sustained_flops:.*/sustained_flops: .inf/' "$v100" >"$scratch/inf_cluster.yaml"
+sed 's/^sustained_flops:.*/sustained_flops: .inf/' "$cluster" >"$scratch/inf_cluster.yaml"
 named sustained_flops "a cluster rate .inf" ted_project project experiment -c "$paper" \
   --cluster "$scratch/inf_cluster.yaml"
 
@@ -88,14 +88,14 @@ named "'model.hidden' appears twice" "a key given twice" ted_train "$apps/ted_tr
 printf 'model:\n  hidden: 32\ndata:\n  noise: 0.1\nmodel:\n  layers: 2\n' >"$scratch/duplicate_section.yaml"
 named "'model' appears twice" "a section given twice" ted_train "$apps/ted_train" -c "$scratch/duplicate_section.yaml"
 named "is a directory" "--cluster a directory" ted_project project experiment -c "$paper" --cluster "$root"
-grep -v '^sustained_flops' "$v100" >"$scratch/partial_cluster.yaml"
+grep -v '^sustained_flops' "$cluster" >"$scratch/partial_cluster.yaml"
 named "is missing" "a cluster file without its rates" ted_project project experiment -c "$paper" \
   --cluster "$scratch/partial_cluster.yaml"
 named "is a directory" "--measured a directory" ted_project project validate -c "$paper" \
-  --cluster "$v100" --measured "$root/results"
+  --cluster "$cluster" --measured "$root/results"
 printf 'a,b\n1,2\n' >"$scratch/other.csv"
 named "has no column" "--measured a CSV of another kind" ted_project project validate -c "$paper" \
-  --cluster "$v100" --measured "$scratch/other.csv"
+  --cluster "$cluster" --measured "$scratch/other.csv"
 named "unknown subcommand 'foo'" "an unknown subcommand" ted_project project foo
 mkdir -p "$scratch/a_folder.csv"
 for program in train ablation; do
@@ -121,8 +121,9 @@ named "divisible by Ep" "--check of experts not splitting over Ep" "${train[@]}"
   --ep 4 --set model.experts=6
 named "divisible by T" "--check of an experiment whose heads do not split over T" ted_ablation \
   "$apps/ted_ablation" -c "$paper" --check --ranks 128 --set model.heads=2
-out=$(SLURM_NTASKS=128 "$apps/ted_ablation" -c "$paper" --check --csv "$scratch/check.csv" 2>&1)
-[ $? = 0 ] && grep -q "on 128 ranks: 5 points .*judged against cluster v100" <<<"$out" &&
+out=$(SLURM_NTASKS=128 "$apps/ted_ablation" -c "$paper" --set model.layers=8 --check \
+  --csv "$scratch/check.csv" 2>&1)
+[ $? = 0 ] && grep -q "on 128 ranks: 5 points .*judged against cluster summit" <<<"$out" &&
   [ ! -e "$scratch/check.csv" ] || fail "--check of the paper's ablation on 128 ranks: $out"
 named "no point fits" "--check of a model no GPU holds" ted_ablation "$apps/ted_ablation" -c "$paper" \
   --check --ranks 128 --set model.layers=400
@@ -131,7 +132,7 @@ echo "ok: --check"
 echo "## CSVs are appended to, never replaced"
 rows() { echo $(($(wc -l <"$1") - 1)); }
 for i in 1 2; do
-  project search -c "$paper" --cluster "$v100" --gpus 16 --top 1 --csv "$scratch/search.csv" >/dev/null ||
+  project search -c "$paper" --cluster "$cluster" --gpus 16 --top 1 --csv "$scratch/search.csv" >/dev/null ||
     fail "search run $i"
   project validate -c "$root/experiments/ablation/cpu.yaml" --cluster "$root/experiments/clusters/cpu.yaml" \
     --measured "$root/results/ablation/cpu.csv" --csv "$scratch/validate.csv" >/dev/null || fail "validate run $i"

@@ -10,17 +10,17 @@ root=$2
 scratch=$3
 rm -rf "$scratch" && mkdir -p "$scratch"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_checks.sh"
-v100="$root/experiments/clusters/v100.yaml"
+cluster="$root/experiments/clusters/summit.yaml"
 
-"$project" experiment -c "$root/experiments/ablation/paper.yaml" --cluster "$v100" \
+"$project" experiment -c "$root/experiments/ablation/paper.yaml" --cluster "$cluster" \
   --csv "$scratch/ablation.csv" >"$scratch/out" 2>&1 || fail "experiment: $(cat "$scratch/out")"
 rows=$(($(wc -l <"$scratch/ablation.csv") - 1))
 [ "$rows" = 5 ] || fail "experiment: $rows rows, expected 5"
-grep -q "Cluster v100" "$scratch/ablation.csv.assumptions.txt" || fail "no assumptions sidecar"
-grep -q ",projected:v100," "$scratch/ablation.csv" || fail "rows not marked projected"
+grep -q "Cluster summit" "$scratch/ablation.csv.assumptions.txt" || fail "no assumptions sidecar"
+grep -q ",projected:summit," "$scratch/ablation.csv" || fail "rows not marked projected"
 echo "ok: ablation projected, $rows rows"
 
-"$project" search -c "$root/experiments/ablation/paper.yaml" --cluster "$v100" --gpus 128 \
+"$project" search -c "$root/experiments/ablation/paper.yaml" --cluster "$cluster" --gpus 128 \
   --csv "$scratch/search.csv" >"$scratch/out" 2>&1 || fail "search: $(cat "$scratch/out")"
 /usr/bin/python3 - "$scratch/search.csv" <<'PY' || fail "search ranking"
 import csv, sys

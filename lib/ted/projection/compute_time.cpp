@@ -161,15 +161,16 @@ double optimizer_bytes(const StepShape& s) {
 double model_flops(const StepShape& s) {
   const auto& m = s.model;
   const double S = m.seq_len, h = m.hidden, E = m.gate.experts, K = m.gate.top_k;
-  double per_token = 2 * h * m.vocab;  // LM head
+  double blocks = 0;  // per token, forward
   for (int l = 0; l < m.layers; ++l) {
-    per_token += 8 * h * h + 4 * S * h;  // qkv, projection, scores and probabilities x V
+    blocks += 8 * h * h + 4 * S * h;  // qkv, projection, scores and probabilities x V
     const double ffn = 4 * h * static_cast<double>(m.ffn());
-    per_token += m.is_moe(l) ? K * ffn + 2 * h * E : ffn;
+    blocks += m.is_moe(l) ? K * ffn + 2 * h * E : ffn;
   }
   const double tokens =
       static_cast<double>(s.micro_batch) * s.micro_batches * S * s.layout.expert * s.layout.data;
-  return per_token * tokens * (forward_passes(s) + 2.0);
+  // The LM head is outside the checkpointed blocks: forward and backward only.
+  return (blocks * (forward_passes(s) + 2.0) + 2 * h * m.vocab * 3.0) * tokens;
 }
 
 double percent_of_peak(const StepShape& s, const Cluster& c, double seconds) {

@@ -61,7 +61,8 @@ double optimizer_bytes(const StepShape& shape);
 // The model FLOPs of one step of the whole job (all ranks), the numerator of % of peak as the
 // field counts it (Narayanan et al., SC'21): per token and layer 24 h^2 + 4 S h forward for
 // attention and a dense FFN, an MoE FFN as top_k dense FFNs plus the gate's 2 h E, the LM head
-// 2 h V; backward twice the forward, and with activation checkpointing the forward once more.
+// 2 h V; backward twice the forward; with activation checkpointing the blocks' forward once
+// more (the LM head is not recomputed).
 // Capacity padding, dropped tokens and the recompute's collectives do not count.
 double model_flops(const StepShape& shape);
 
