@@ -24,8 +24,8 @@
 #include "comm/test_env.hpp"
 #include "ted/backend/memory.hpp"
 #include "ted/grid/ted_groups.hpp"
-#include "ted/projection/time.hpp"
 #include "ted/projection/memory.hpp"
+#include "ted/projection/time.hpp"
 #include "ted/projection/traffic.hpp"
 #include "ted/train/trainer.hpp"
 
