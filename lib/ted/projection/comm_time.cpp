@@ -72,12 +72,6 @@ Placement place(const Layout& layout, GroupKind kind, const Cluster& c) {
 
 }  // namespace
 
-bool spans_nodes(const Layout& layout, GroupKind group, int devices_per_node) {
-  Cluster c;
-  c.devices_per_node = devices_per_node;
-  return place(layout, group, c).any_spans_nodes;
-}
-
 double collective_time(CollectiveOp op, GroupKind group, const Traffic& x, const Layout& layout,
                        const Cluster& c) {
   const Placement p = place(layout, group, c);

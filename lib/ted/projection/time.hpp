@@ -76,7 +76,4 @@ double percent_of_peak(const StepShape& shape, const Cluster& cluster, double se
 double collective_time(CollectiveOp op, GroupKind group, const Traffic& traffic,
                        const Layout& layout, const Cluster& cluster);
 
-// Whether any group of this kind spans more than one node.
-bool spans_nodes(const Layout& layout, GroupKind group, int devices_per_node);
-
 }  // namespace ted::projection
