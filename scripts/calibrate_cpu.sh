@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures this machine for the projection and writes experiments/clusters/cpu.yaml: on one
 # core, sgemm at a large shape (the peak) and at the CPU experiments' FFN shape (the rate their
-# GEMMs run at), and an element-wise pass at the size of their activations (bench_machine);
+# GEMMs run at), and the rate of the suite's own element-wise work in their block: the block's
+# time less its GEMMs' time, over the bytes the projection counts (bench_machine);
 # and the collectives' latency and bandwidth between 4 ranks (ted_collbench all-reduce and
 # all-to-all, fitted as time = latency + bus bytes / bandwidth). 4 ranks share the cores.
 #   ./scripts/calibrate_cpu.sh
@@ -12,7 +13,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "== compute: bench_machine, one thread"
 OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 "$TED_BUILD/apps/bench_machine" \
-  --benchmark_filter='large|cpu_ffn|cache' --benchmark_format=json >"$work/machine.json"
+  --benchmark_filter='large|cpu_ffn|cpu_block' --benchmark_format=json >"$work/machine.json"
 for op in all_reduce all_to_all; do
   echo "== links: $op on 4 ranks"
   OPENBLAS_NUM_THREADS=1 mpirun -n 4 --oversubscribe -q "$TED_BUILD/apps/ted_collbench" \
@@ -24,7 +25,7 @@ rate() {  # rate <benchmark name part> <counter> <scale>
 }
 peak=$(rate large GFLOP/s 1e9)
 flops=$(rate cpu_ffn GFLOP/s 1e9)
-bytes=$(rate cache GB/s 1e9)
+bytes=$(rate cpu_block GB/s 1e9)
 read -r bandwidth latency < <(/usr/bin/python3 scripts/fit_links.py "$work"/all_reduce.csv "$work"/all_to_all.csv)
 cat >experiments/clusters/cpu.yaml <<YAML
 # This machine, measured by scripts/calibrate_cpu.sh: 4 MPI ranks on $(nproc) cores (one node).
@@ -35,7 +36,7 @@ cores_per_node: $(nproc)
 memory_bytes: 24e9
 peak_flops: $peak   # sgemm 2048 x 2048 x 512 on one core (bench_machine)
 sustained_flops: $flops   # sgemm at the CPU experiments' FFN shape, 256 x 512 x 128
-memory_bandwidth: $bytes   # a = b + 3c on 512 KiB arrays (their activations' size, in cache)
+memory_bandwidth: $bytes   # the suite's element-wise work in the CPU experiments' block (bench_machine elementwise)
 gemm:   # one core: the measured rate is the rate of the experiments' shapes
   units: 1
   tile_m: 1

@@ -3,9 +3,10 @@
 # machines (weak and strong scaling, the ablation and the largest trainable model on Summit, the
 # optimizer spike on ThetaGPU; experiments/*/paper*.yaml, experiments/clusters/), the layout
 # search for the ablation's model, and the validation against the CPU experiments measured on
-# this machine (results/<experiment>/cpu.csv). CSVs (with .assumptions.txt sidecars) in
+# this machine (results/<experiment>/cpu.csv) and the ablation measured on the emulated clusters
+# (results/ablation/emulated_<topology>.csv, against clusters/cpu-emulated_<topology>.yaml). CSVs (with .assumptions.txt sidecars) in
 # results/projection/, figures in plots/paper_*.png and plots/projection_*.png.
-# Run ./scripts/calibrate_cpu.sh first to measure this machine anew.
+# Run ./scripts/calibrate_cpu.sh (and calibrate_emulated.sh) first to measure this machine anew.
 #   ./scripts/project.sh
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -37,3 +38,10 @@ for experiment in ablation weak_scaling strong_scaling; do
     --measured "results/$experiment/cpu.csv" --csv "$out/validation_cpu.csv" | tail -1
 done
 /usr/bin/python3 plots/plot_validation.py "$out/validation_cpu.csv" plots/projection_validation_cpu.png
+for topology in 2x2 2x2-slow; do
+  rm -f "$out/validation_emulated_$topology.csv"
+  "$project" validate -c experiments/ablation/cpu.yaml \
+    --cluster "experiments/clusters/cpu-emulated_$topology.yaml" \
+    --measured "results/ablation/emulated_$topology.csv" \
+    --csv "$out/validation_emulated_$topology.csv" | tail -1
+done
