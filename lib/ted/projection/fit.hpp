@@ -1,8 +1,8 @@
 // Does a run fit in memory? Asked before anything is allocated or measured, from the memory
 // model (projection/memory.hpp): against this machine's free memory when a program starts, and
 // against the cluster a YAML names (run.cluster) in --check mode on a login node. The memory
-// model's total adds the categories' peaks, an upper bound of the true peak, so a run refused
-// here asks for at most that much.
+// model's total is the persistent state plus the larger of its two phases (training, the
+// optimizer step), tested at 0.95-1.2x the allocator's true peak.
 #pragma once
 
 #include <mpi.h>

@@ -145,7 +145,12 @@ MemoryEstimate step_memory(const StepShape& s) {
   if (distributed && p.zero1) optimizer = mw * (dense_mine + expert_mine) + w * largest_mine;
   set(MemoryCategory::communication, std::max(exchange, optimizer));
 
-  for (auto bytes : e.peak) e.total += bytes;
+  for (auto bytes : e.peak) e.upper_bound += bytes;
+  const std::uint64_t training = e.of(MemoryCategory::activations) +
+                                 e.of(MemoryCategory::cac_stash) + exchange,
+                      stepping = e.of(MemoryCategory::optimizer_temporaries) + optimizer;
+  e.total = e.of(MemoryCategory::parameters) + e.of(MemoryCategory::gradients) +
+            e.of(MemoryCategory::optimizer_state) + std::max(training, stepping);
   return e;
 }
 

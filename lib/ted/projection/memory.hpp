@@ -18,7 +18,12 @@ namespace ted::projection {
 
 struct MemoryEstimate {
   std::array<std::uint64_t, kMemoryCategoryCount> peak{};  // bytes per category
-  std::uint64_t total = 0;  // the categories' peaks added (an upper bound of the true peak)
+  // The projected peak of the step, what fit verdicts use: the persistent state (parameters,
+  // gradients, Adam state) plus the larger of its two phases. Forward and backward hold the
+  // activations, the CAC stash and the MoE exchange's buffers; the optimizer step holds its
+  // temporary tile and its own communication buffers. Neither phase's memory outlives it.
+  std::uint64_t total = 0;
+  std::uint64_t upper_bound = 0;  // the categories' peaks added, as if every phase met at once
   std::uint64_t of(MemoryCategory category) const {
     return peak[static_cast<std::size_t>(category)];
   }

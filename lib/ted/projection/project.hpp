@@ -28,7 +28,7 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
 struct Candidate {
   experiments::Point point;
   StepTime time;
-  std::uint64_t peak = 0;  // sum of the categories' peaks
+  std::uint64_t peak = 0;  // the projected peak (MemoryEstimate::total)
   bool fits = false;
 };
 std::vector<Candidate> search(const experiments::ExperimentConfig& config, int gpus,
