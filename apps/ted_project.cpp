@@ -97,7 +97,10 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
       "  x 3, x 4 with full activation checkpointing) / (time x GPUs x peak).\n"
       "Traffic: exact per-rank bytes of every collective of the schedule (tested equal to the\n"
       "  ledger). Memory: per-category peaks of the memory model (tested within 5% of the\n"
-      "  allocator); peak_total adds the categories' peaks (an upper bound).\n";
+      "  allocator); peak_total is the persistent state (weights, gradients, Adam state) plus\n"
+      "  the larger phase: forward and backward (activations, CAC stash, the exchange's\n"
+      "  buffers) or the optimizer step (its tile and communication buffers). A point whose\n"
+      "  peak_total exceeds the device's memory keeps its projected time, with fits = 0.\n";
   line("Run: %s; %s.\n", config.train.run.dtype.c_str(),
        config.train.run.dtype == "fp32"
            ? "fp32 throughout"
@@ -226,6 +229,10 @@ int main(int argc, char** argv) {
       labelled.iters = 0;
       labelled.warmup = 0;
       for (std::size_t i = 0; i < plan.points.size(); ++i) {
+        // Every projected row is judged against the cluster's memory (the fits column), the
+        // memory experiment's against its own budget.
+        if (plan.points[i].budget < 0)
+          plan.points[i].budget = static_cast<std::int64_t>(cluster.memory_bytes);
         auto result = pj::project(plan.points[i], cluster, config.train.run.dtype);
         ex::print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()),
                            plan.points[i], result);

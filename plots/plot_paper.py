@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The paper's figures, drawn from the projection's CSVs (ted_project experiment, paper YAMLs)
-the way the paper draws them. Rows whose status is not "projected" or "measured" (a point that
-does not fit its GPUs) are left out of time plots and named in the title.
+the way the paper draws them. A projected point whose peak exceeds the GPU's memory (fits 0,
+status "projected: does not fit: ...") keeps its time but is drawn hatched or hollow and named
+in the title; a row never run (status "not run: ...") is left out and named too.
 
     plot_paper.py weak     results/projection/weak_scaling_paper_summit.csv plots/paper_weak_scaling.png
     plot_paper.py strong   A.csv [B.csv] plots/paper_strong_scaling.png
@@ -21,16 +22,35 @@ BASES = {2048: "1.3B", 2560: "2.7B", 4096: "6.7B", 5120: "13B"}
 
 
 def ran(row):
-    return row["status"] in ("projected", "measured")
+    return row["status"] == "measured" or row["status"].startswith("projected")
+
+
+def fits(row):
+    return row.get("fits", "") != "0"
 
 
 def base(row):
     return BASES.get(int(row["hidden"]), "h" + row["hidden"])
 
 
-def missing(rows):
-    left = [f'{r["system"]} G={r["G"]} {base(r)}-{r["experts"]}E' for r in rows if not ran(r)]
-    return textwrap.fill("does not fit: " + ", ".join(left), 140) if left else ""
+def missing(rows, names=True):
+    def name(r):
+        return f'{r["system"]} G={r["G"]} {base(r)}-{r["experts"]}E'
+    over = [name(r) for r in rows if ran(r) and not fits(r)]
+    never = [name(r) for r in rows if not ran(r)]
+    text = []
+    if over:
+        budget = float(next(r for r in rows if ran(r) and not fits(r))["budget_bytes"]) / 1e9
+        text.append(f"hatched/hollow: projected peak above {budget:.0f} GB per GPU" +
+                    (": " + ", ".join(over) if names else ""))
+    if never:
+        text.append("not run: " + ", ".join(never))
+    return ". ".join(text)
+
+
+def headline(prefix, rows, width, names=True):
+    """prefix and what missing(rows) says, wrapped to `width` characters a line"""
+    return textwrap.fill(" ".join(t for t in (prefix, missing(rows, names)) if t), width)
 
 
 def weak(inputs):
@@ -48,10 +68,11 @@ def weak(inputs):
             x = g_index + (i - (len(systems) - 1) / 2) * width
             label = None if system in labelled else system
             labelled.add(system)
-            times.bar(x, float(row[0]["time_ms_median"]) / 1e3, width, color=COLORS.get(system),
-                      label=label)
-            peak.bar(x, float(row[0]["pct_of_peak"]), width, color=COLORS.get(system),
-                     label=label)
+            style = dict(color=COLORS.get(system), label=label)
+            if not fits(row[0]):
+                style.update(hatch="//", alpha=0.45, edgecolor="black")
+            times.bar(x, float(row[0]["time_ms_median"]) / 1e3, width, **style)
+            peak.bar(x, float(row[0]["pct_of_peak"]), width, **style)
     labels = []
     for g in gpus:
         row = [r for r in rows if int(r["G"]) == g][0]
@@ -61,36 +82,43 @@ def weak(inputs):
         axis.set_xticklabels(labels)
         axis.set_ylabel(title)
         axis.legend()
-    figure.suptitle("Weak scaling, projected on Summit (16 experts). " + missing(rows),
-                    fontsize=9)
+    figure.suptitle(headline("Weak scaling, projected on Summit (16 experts).", rows, 150), fontsize=9)
     return figure
 
 
 def strong(inputs):
-    rows = [r for p in inputs for r in read_rows(p)]
-    panels = list(dict.fromkeys((base(r), len({x["experts"] for x in rows if base(x) == base(r)}) == 1)
-                                for r in rows))
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.4), squeeze=False)
-    for axis, (name, fixed) in zip(axes[0], panels):
-        for system in dict.fromkeys(r["system"] for r in rows):
-            chosen = sorted((r for r in rows if base(r) == name and r["system"] == system
-                             and ran(r)), key=lambda r: int(r["G"]))
+    # One panel per series: per input CSV, per base model (a CSV may hold several).
+    series = []
+    for path in inputs:
+        table = read_rows(path)
+        for name in dict.fromkeys(base(r) for r in table):
+            series.append([r for r in table if base(r) == name])
+    rows = [r for panel in series for r in panel]
+    figure, axes = plt.subplots(1, len(series), figsize=(4.2 * len(series), 4.4), squeeze=False)
+    for axis, panel in zip(axes[0], series):
+        for system in dict.fromkeys(r["system"] for r in panel):
+            chosen = sorted((r for r in panel if r["system"] == system and ran(r)),
+                            key=lambda r: int(r["G"]))
             if not chosen:
                 continue
             axis.plot([int(r["G"]) for r in chosen],
-                      [float(r["time_ms_median"]) / 1e3 for r in chosen], "o-",
+                      [float(r["time_ms_median"]) / 1e3 for r in chosen], "-",
                       color=COLORS.get(system), label=system)
-        sample = [r for r in rows if base(r) == name and r["system"] != "deepspeed-moe"][0]
-        experts = sorted({int(r["experts"]) for r in rows if base(r) == name})
-        axis.set_title(f'{name}, T={sample["T"]}, experts ' +
-                       ("/".join(map(str, experts)) if not fixed else f"{experts[0]} (fixed)"),
-                       fontsize=9)
+            for r in chosen:  # filled where the point fits, hollow where it does not
+                axis.plot(int(r["G"]), float(r["time_ms_median"]) / 1e3, "o",
+                          color=COLORS.get(system),
+                          markerfacecolor=COLORS.get(system) if fits(r) else "white")
+        sample = next((r for r in panel if r["system"] != "deepspeed-moe"), panel[0])
+        experts = sorted({int(r["experts"]) for r in panel})
+        axis.set_title(f'{base(sample)}, T={sample["T"]}, experts ' +
+                       ("/".join(map(str, experts)) if len(experts) > 1
+                        else f"{experts[0]} (fixed)"), fontsize=9)
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.set_xlabel("GPUs")
         axis.set_ylabel("time per iteration (s)")
         axis.legend(fontsize=8)
-    figure.suptitle("Strong scaling, projected on Summit. " + missing(rows), fontsize=8)
+    figure.suptitle(headline("Strong scaling, projected on Summit.", rows, 200, names=False), fontsize=8)
     return figure
 
 
@@ -105,7 +133,8 @@ def ablation(inputs):
     bottom = [0.0] * len(shown)
     for column, label, color in parts:
         values = [float(r[column] or 0) / 1e3 for r in shown]
-        axis.bar(range(len(shown)), values, bottom=bottom, label=label, color=color)
+        axis.bar(range(len(shown)), values, bottom=bottom, label=label, color=color,
+                 hatch=["" if fits(r) else "//" for r in shown], edgecolor="black", linewidth=0.3)
         bottom = [b + v for b, v in zip(bottom, values)]
     axis.set_xticks(range(len(shown)))
     axis.set_xticklabels([r["system"] for r in shown], rotation=15)
@@ -113,11 +142,11 @@ def ablation(inputs):
     axis.legend()
     if shown:
         r = shown[0]
-        axis.set_title(f'{base(r)} base, {r["experts"]} experts, {r["G"]} GPUs '
-                       f'(T={r["T"]}, Ep={r["Ep"]}, D={r["D"]}), projected on Summit. '
-                       + missing(rows), fontsize=8)
+        axis.set_title(headline(f'{base(r)} base, {r["experts"]} experts, {r["G"]} GPUs '
+                             f'(T={r["T"]}, Ep={r["Ep"]}, D={r["D"]}), projected on Summit.',
+                             rows, 110), fontsize=8)
     else:
-        axis.set_title("Ablation: " + missing(rows), fontsize=8)
+        axis.set_title(headline("Ablation:", rows, 110), fontsize=8)
     return figure
 
 
@@ -154,7 +183,7 @@ def spike(inputs):
         axis.bar(i, spike_bytes, bottom=persistent, color="#c44e52",
                  label="optimizer step's temporary (the spike)" if i == 0 else None)
         axis.plot([i - 0.4, i + 0.4], [int(r["peak_total_bytes"]) / 1e9] * 2, color="black",
-                  label="projected peak (all categories)" if i == 0 else None)
+                  label="projected peak (persistent + the larger phase)" if i == 0 else None)
         labels[i] = (f'{base(r)}-{r["experts"]}E, Ep={r["Ep"]}\nspike {spike_bytes:.2f} GB, ' +
                      ("fits" if r["fits"] == "1" else "does not fit"))
     budget = float(rows[0]["budget_bytes"]) / 1e9 if rows and rows[0]["budget_bytes"] else None
