@@ -1,10 +1,14 @@
 // bench_moe_block: GFLOP/s of one MoE transformer block, forward + backward, on the CPU
 // reference backend, next to cblas_sgemm of the expert FFN's shape in the same binary (the
-// machine's practical peak). FLOPs are those of the GEMMs the block runs (attention, expert
-// FFNs over the full capacity, gate, and a 256-token LM head the single-block model needs).
+// machine's practical peak). FLOPs are those of the GEMMs the block runs (attention counted
+// as the whole S x S square, expert FFNs over the full capacity, gate, and a 256-way LM head
+// the single-block model needs). act_peak_MiB: the activation peak of the step from the
+// tracking allocator (fused attention keeps no S x S probabilities). scripts/bench_vs_pytorch.sh
+// times the same model in PyTorch next to it.
 //
-//   build/apps/bench_moe_block                               # h=512, 2048 tokens, 8 experts
+//   build/apps/bench_moe_block                               # h=512 and 1024, 2048 tokens
 //   build/apps/bench_moe_block --benchmark_filter=tiny       # what CTest runs
+//   TED_PROFILE_OPS=cpu build/apps/bench_moe_block ...       # time per op (backend/cpu)
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -12,6 +16,7 @@
 
 #include "moe_block.hpp"
 #include "ted/backend/device.hpp"
+#include "ted/backend/memory.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 
 namespace {
@@ -19,8 +24,9 @@ namespace {
 using ted::bench::BlockShape;
 
 void moe_block(benchmark::State& state, BlockShape shape) {
-  auto device = ted::make_cpu_device();
-  ted::model::GptModel<float> model(ted::bench::one_moe_block(shape), *device);
+  auto cpu = ted::make_cpu_device();
+  ted::TrackingDevice device(*cpu);
+  ted::model::GptModel<float> model(ted::bench::one_moe_block(shape), device);
   ted::bench::BlockBatch data(shape);
   const auto& batch = data.batch;
   const int tokens = shape.seq * shape.sequences;
@@ -39,6 +45,8 @@ void moe_block(benchmark::State& state, BlockShape shape) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tokens"] = tokens;
+  state.counters["act_peak_MiB"] =
+      static_cast<double>(device.usage(ted::MemoryCategory::activations).peak) / (1 << 20);
   state.counters["tok/s"] =
       benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -60,15 +68,20 @@ void sgemm(benchmark::State& state, int m, int n, int k) {
 
 }  // namespace
 
-// The size the issue asks about: h = 512, 2048 tokens (8 x 256), 8 experts, top-1, cf 1.
-BENCHMARK_CAPTURE(moe_block, h512_tokens2048_e8_top1, BlockShape{512, 8, 256, 8, 8, 1})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(2.0);
-BENCHMARK_CAPTURE(moe_block, h512_tokens2048_e8_top2, BlockShape{512, 8, 256, 8, 8, 2})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(2.0);
+// The sizes of the comparison with PyTorch (scripts/bench_vs_pytorch.sh): h = 512 (8 heads) and
+// 1024 (16 heads), 2048 tokens (8 x 256), 8 experts, top-1 and top-2, cf 1; fused attention,
+// and h = 512 with the materialised attention next to it.
+#define TED_BLOCK(name, ...)                                  \
+  BENCHMARK_CAPTURE(moe_block, name, BlockShape{__VA_ARGS__}) \
+      ->Unit(benchmark::kMillisecond)                         \
+      ->UseRealTime()                                         \
+      ->MinTime(2.0);
+TED_BLOCK(h512_tokens2048_e8_top1, 512, 8, 256, 8, 8, 1)
+TED_BLOCK(h512_tokens2048_e8_top2, 512, 8, 256, 8, 8, 2)
+TED_BLOCK(h1024_tokens2048_e8_top1, 1024, 16, 256, 8, 8, 1)
+TED_BLOCK(h1024_tokens2048_e8_top2, 1024, 16, 256, 8, 8, 2)
+TED_BLOCK(h512_tokens2048_e8_top1_materialized, 512, 8, 256, 8, 8, 1, "materialized")
+TED_BLOCK(h512_tokens2048_e8_top2_materialized, 512, 8, 256, 8, 8, 2, "materialized")
 BENCHMARK_CAPTURE(sgemm, expert_ffn_2048x2048x512, 2048, 2048, 512)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
@@ -78,8 +91,10 @@ BENCHMARK_CAPTURE(moe_block, h128_tokens256_e8_top1, BlockShape{128, 8, 64, 4, 8
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(1.0);
-// Small shapes for CTest's smoke run.
+// Small shapes for CTest's smoke run (both attention variants).
 BENCHMARK_CAPTURE(moe_block, tiny, BlockShape{32, 4, 16, 4, 4, 2})->Iterations(3);
+BENCHMARK_CAPTURE(moe_block, tiny_materialized, BlockShape{32, 4, 16, 4, 4, 2, "materialized"})
+    ->Iterations(3);
 BENCHMARK_CAPTURE(sgemm, tiny, 64, 64, 32)->Iterations(3);
 
 BENCHMARK_MAIN();

@@ -13,6 +13,7 @@ namespace ted::bench {
 
 struct BlockShape {
   int hidden, heads, seq, sequences, experts, top_k;
+  const char* attention = "fused";  // model.attention: fused or materialized
 };
 
 inline model::ModelConfig one_moe_block(const BlockShape& shape) {
@@ -26,6 +27,7 @@ inline model::ModelConfig one_moe_block(const BlockShape& shape) {
   config.gate.experts = shape.experts;
   config.gate.top_k = shape.top_k;
   config.gate.capacity_factor = 1.0;
+  config.attention = shape.attention;
   return config;
 }
 

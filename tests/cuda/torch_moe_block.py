@@ -11,6 +11,11 @@ experts' GEMM shape, as the C++ benchmark does with cuBLAS.
   python3 tests/cuda/torch_moe_block.py --tiny --device cpu  # runs anywhere (a smoke check)
 
 Prints one CSV row (header first): size, dtype, device, ms per iteration, TFLOP/s, GEMM TFLOP/s.
+
+With --shape (what scripts/bench_vs_pytorch.sh runs) it is instead the whole one-block model of
+apps/bench_moe_block.cpp on the CPU in fp32: token + position embedding (vocab 256), this block,
+final LayerNorm, a 256-way LM head and the cross-entropy, forward + backward; it prints one line
+per timed iteration, "ms <milliseconds>", so a caller can interleave rounds with the C++ side.
 """
 import argparse
 import math
@@ -94,6 +99,50 @@ def block(x, p, heads, sequences, seq, experts, top_k, capacity_factor=1.0):
     return y + mid, aux, capacity
 
 
+def one_block_model(tokens, targets, p, heads, sequences, seq, experts, top_k):
+    """bench_moe_block's model (apps/moe_block.hpp): embeddings, one MoE block, head, loss."""
+    h = p["tok_emb"].shape[1]
+    positions = torch.arange(seq, device=tokens.device).repeat(sequences)
+    x = p["tok_emb"][tokens] + p["pos_emb"][positions]
+    y, aux, _ = block(x, p, heads, sequences, seq, experts, top_k)
+    lnf = F.layer_norm(y, (h,), p["lnf_g"], p["lnf_b"], 1e-5)
+    loss = F.cross_entropy(lnf @ p["lm_head"], targets)
+    return loss + 0.01 * aux
+
+
+def run_shape(args):
+    """--shape h,heads,experts,top_k,sequences,seq: time the one-block model (CPU, fp32)."""
+    h, heads, experts, top_k, sequences, seq = (int(v) for v in args.shape.split(","))
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1234)
+    vocab, n = 256, sequences * seq
+    p = make_params(h, experts, torch.float32, "cpu")
+    for name, shape in (("tok_emb", (vocab, h)), ("pos_emb", (seq, h)), ("lm_head", (h, vocab))):
+        p[name] = (torch.randn(*shape) * 0.02).requires_grad_()
+    p["lnf_g"] = torch.ones(h, requires_grad=True)
+    p["lnf_b"] = torch.zeros(h, requires_grad=True)
+    tokens = torch.randint(0, vocab, (n,))
+    targets = torch.randint(0, vocab, (n,))
+
+    def step():
+        loss = one_block_model(tokens, targets, p, heads, sequences, seq, experts, top_k)
+        loss.backward()
+        for value in p.values():
+            value.grad = None
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    for _ in range(args.iters):
+        begin = time.perf_counter()
+        loss = step()
+        print(f"ms {(time.perf_counter() - begin) * 1e3:.3f}", flush=True)
+    if not math.isfinite(loss.item()):
+        print("loss is not finite", file=sys.stderr)
+        return 1
+    return 0
+
+
 def block_flops(n, h, seq, experts, capacity):  # as GpuBlock::forward_flops, times 3
     forward = 2 * n * h * 3 * h + 2 * n * h * h + 4 * n * seq * h + 2 * n * h * experts
     forward += 4 * experts * capacity * h * 4 * h
@@ -124,7 +173,12 @@ def main():
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--shape", help="h,heads,experts,top_k,sequences,seq: the CPU one-block "
+                        "model of bench_moe_block, fp32, one 'ms' line per iteration")
+    parser.add_argument("--threads", type=int, default=1, help="with --shape: torch threads")
     args = parser.parse_args()
+    if args.shape:
+        return run_shape(args)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("SKIPPED: no CUDA device visible to PyTorch (use --device cpu for a smoke run)")
         return 77

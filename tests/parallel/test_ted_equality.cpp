@@ -2,7 +2,8 @@
 // the launched rank count, every switch set (DTD, reduce-scatter, checkpointing, CAC, ZeRO-1
 // off, tiled optimizer step, experts not split over T) and top-1 / top-2 gating with drops and
 // RTS (and, in fp32, dropless gating, whose capacity the expert group agrees on), 3 optimizer
-// steps on the test's backend (device, communicator, dtype: test_env.hpp) give
+// steps on the test's backend (device, communicator, dtype: test_env.hpp), with fused attention
+// and, for two switch sets, materialised attention, give
 //   - per-step losses and the final parameter fingerprint within a tolerance of the reference,
 //   - per-step gradient norms within it, and
 //   - the gradients themselves before the optimizer: each rank's reduced shard against the
@@ -45,10 +46,12 @@ double loss_tolerance() {
   if (sixteen_bit()) return 1e-2;
   return on_cpu() ? 1e-5 : 1e-4;
 }
-// The gradient norm: as the losses, except bf16, whose routing flips (see gradients_close)
-// move whole expert rows of the gradient: 5e-2 (measured <= 2.7e-2 at 1 to 8 ranks).
+// The gradient norm: as the losses, except 16-bit, whose routing flips (see gradients_close)
+// move whole expert rows of the gradient: 5e-2 (bf16: measured <= 2.7e-2 at 1 to 8 ranks;
+// fp16: one top-2 decision of step 2 sits so close to a tie that the attention variant, or the
+// order of a T = 2 all-reduce, flips it: 2.9e-2 at 4 ranks).
 double norm_tolerance() {
-  return ted::test::dtype() == "bf16" ? 5e-2 : loss_tolerance();
+  return sixteen_bit() ? 5e-2 : loss_tolerance();
 }
 
 ted::train::TrainConfig tiny(int world, int top_k, bool dropless = false) {
@@ -200,6 +203,9 @@ struct Switches {
   std::int64_t tile;
   bool split_experts = true;
   bool cac_all_reduce = false;
+  // model.attention; the references use the default (fused), so the materialised runs are
+  // also held to the fused single process.
+  const char* attention = "fused";
 };
 const Switches kSwitches[] = {
     {"baseline", false, false, false, false, true, 0},
@@ -214,6 +220,9 @@ const Switches kSwitches[] = {
     {"experts not split + checkpointing + cac", false, false, true, true, true, 0, false},
     {"checkpointing+cac with all-reduce stash", false, false, true, true, true, 0, true, true},
     {"dtd+rs+checkpointing+cac with all-reduce stash", true, true, true, true, true, 0, true, true},
+    {"materialized attention", false, false, false, false, true, 0, true, false, "materialized"},
+    {"materialized attention + dtd+rs+checkpointing+cac", true, true, true, true, true, 0, true,
+     false, "materialized"},
 };
 
 ted::train::TrainConfig configured(int G, int top_k, const ted::Layout& layout, const Switches& sw,
@@ -224,6 +233,7 @@ ted::train::TrainConfig configured(int G, int top_k, const ted::Layout& layout, 
   config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
                      sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
   config.model.checkpoint = sw.checkpoint;
+  config.model.attention = sw.attention;
   config.parallel.cac_all_reduce = sw.cac_all_reduce;
   config.run.dtype = ted::test::dtype();
   return config;
@@ -552,6 +562,7 @@ TEST_CASE("the traffic and FLOP models equal the ledger and the model's own coun
                            sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
         config.parallel.cac_all_reduce = sw.cac_all_reduce;
         config.model.checkpoint = sw.checkpoint;
+        config.model.attention = sw.attention;
         config.run.dtype = ted::test::dtype();
         INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", rank "
                     << world.rank());
@@ -616,6 +627,7 @@ TEST_CASE("the memory model matches the allocator's peaks within 5%") {
                          sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
       config.parallel.cac_all_reduce = sw.cac_all_reduce;
       config.model.checkpoint = sw.checkpoint;
+      config.model.attention = sw.attention;
       config.run.dtype = ted::test::dtype();
       ted::TrackingDevice device(ted::test::device());
       {

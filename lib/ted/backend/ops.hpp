@@ -50,6 +50,9 @@ class Ops {
   // one per expert block of the MoE exchange's [sources, biases, rows_per_bias] layout.
   virtual void add_bias(T* y, const T* bias, int rows, int width, int rows_per_bias,
                         int biases) = 0;
+  // y = (y + bias) + residual for one bias [width] over rows [rows, width]: a row-parallel
+  // layer's output, its bias and the skip connection in one pass.
+  virtual void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int width) = 0;
   // Element-wise conversion between any two of the floating-point types (rounding on store):
   // master weights to their copies and back.
   virtual void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
@@ -79,12 +82,25 @@ class Ops {
   virtual void gelu_forward(const T* x, T* y, std::size_t count) = 0;
   // dx = dy * gelu'(x); dx may alias dy.
   virtual void gelu_backward(const T* x, const T* dy, T* dx, std::size_t count) = 0;
+  // The FFN's first layer after its GEMM, one pass: hidden [rows, width] += bias, then
+  // act = gelu(hidden), computed in M (act from the unrounded sum).
+  virtual void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) = 0;
+  // d = d * gelu'(hidden) in place, and db += d's column sums (db may be null).
+  virtual void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) = 0;
   // Causal multi-head attention on qkv [batch*seq, 3h]; probs [batch, heads, seq, seq].
   virtual void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
                                  int h) = 0;
   // d_qkv is overwritten.
   virtual void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
                                   int seq, int heads, int h) = 0;
+  // The same attention fused (FlashAttention-2): the scores live one tile at a time; lse
+  // [batch, heads, seq] keeps each row's log-sum-exp of its scaled scores for the backward,
+  // which recomputes them tile by tile from qkv, and takes the forward's out as well.
+  virtual void flash_attention_forward(const T* qkv, T* out, M* lse, int batch, int seq, int heads,
+                                       int h) = 0;
+  // d_qkv is overwritten.
+  virtual void flash_attention_backward(const T* qkv, const T* out, const M* lse, const T* d_out,
+                                        T* d_qkv, int batch, int seq, int heads, int h) = 0;
   // The mean cross-entropy of logits [n, vocab] against targets; keeps each row's log-sum-exp
   // in log_sum [n] for the backward.
   virtual double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,

@@ -26,6 +26,8 @@ void ModelConfig::validate() const {
   if (hidden % heads != 0)
     throw ConfigError("model.heads (" + std::to_string(heads) + ") must divide model.hidden (" +
                       std::to_string(hidden) + ")");
+  if (attention != "fused" && attention != "materialized")
+    throw ConfigError("model.attention must be fused or materialized, got '" + attention + "'");
   if (gate.top_k != 1 && gate.top_k != 2)
     throw ConfigError("gating.top_k must be 1 or 2, got " + std::to_string(gate.top_k));
   if (gate.top_k > gate.experts)
@@ -50,8 +52,9 @@ void ModelConfig::validate_batch(int micro_batch) const {
   const double tokens = double(micro_batch) * seq_len;
   check_tensor_elements(tokens * vocab, "data.micro_batch x model.seq_len x model.vocab");
   check_tensor_elements(tokens * ffn(), "data.micro_batch x model.seq_len x the FFN width");
-  check_tensor_elements(double(micro_batch) * heads * seq_len * seq_len,
-                        "data.micro_batch x model.heads x model.seq_len^2 (attention scores)");
+  if (!fused_attention())  // fused attention holds one tile of scores, never [seq, seq]
+    check_tensor_elements(double(micro_batch) * heads * seq_len * seq_len,
+                          "data.micro_batch x model.heads x model.seq_len^2 (attention scores)");
 }
 
 }  // namespace ted::model

@@ -19,11 +19,16 @@ struct ModelConfig {
   int expert_interval = 2;  // every expert_interval-th block is MoE (blocks 1, 3, ... for 2)
   GateConfig gate;          // gate.experts is the number of experts
   bool checkpoint = false;  // activation checkpointing per block
+  // Causal attention: "fused" (FlashAttention-2: scores one tile at a time, each row's
+  // log-sum-exp kept) or "materialized" (the [seq, seq] probabilities kept per head, as the
+  // Megatron of the paper's time did; what the memory experiment and projection can model).
+  std::string attention = "fused";
   std::uint64_t seed = 1234;
   double init_std = 0.02;
 
   int ffn() const { return ffn_mult * hidden; }
   bool is_moe(int layer) const { return (layer + 1) % expert_interval == 0; }
+  bool fused_attention() const { return attention == "fused"; }
   // Throws ConfigError naming the key and the rule.
   void validate() const;
   // The tensors that grow with the micro-batch stay within kMaxTensorElements.

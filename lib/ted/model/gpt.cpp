@@ -169,20 +169,27 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   a.qkv = Tensor<T>(device_, static_cast<std::size_t>(N) * 3 * hl);
   ops.linear_forward(a.ln1.data(), P.value(ids.qkv_w), P.value(ids.qkv_b), a.qkv.data(), N, h,
                      3 * hl);
-  a.probs = Tensor<T>(device_, static_cast<std::size_t>(B) * Hl * S * S);
-  a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
-  ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl);
+  if (config_.fused_attention()) {
+    a.lse = Tensor<M>(device_, static_cast<std::size_t>(B) * Hl * S);
+    a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
+    ops.flash_attention_forward(a.qkv.data(), a.att.data(), a.lse.data(), B, S, Hl, hl);
+  } else {
+    a.probs = Tensor<T>(device_, static_cast<std::size_t>(B) * Hl * S * S);
+    a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
+    ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl);
+  }
   a.mid = Tensor<T>(device_, Nh);
   reduced_output(a.mid.data(), Nh, a.proj_stash, recompute, [&](T* partial) {
     ops.linear_forward(a.att.data(), P.value(ids.proj_w), nullptr, partial, N, hl, h);
   });
-  ops.add_bias(a.mid.data(), P.value(ids.proj_b), N, h, N, 1);
-  ops.add(x, a.mid.data(), Nh);  // residual
+  ops.add_bias_residual(a.mid.data(), P.value(ids.proj_b), x, N, h);
   a.ln2 = Tensor<T>(device_, Nh);
   a.ln2_mean = Tensor<M>(device_, N);
   a.ln2_rstd = Tensor<M>(device_, N);
   ops.layernorm_forward(a.mid.data(), P.value(ids.ln2_g), P.value(ids.ln2_b), a.ln2.data(),
                         a.ln2_mean.data(), a.ln2_rstd.data(), N, h);
+  // Attention counts the whole S x S square with either variant (the projection's convention),
+  // though the fused one skips the masked tiles.
   double flops = 2.0 * N * h * 3 * hl + 2.0 * N * hl * h + 4.0 * B * Hl * S * S * (hl / Hl);
   if (ids.moe) {
     const int groups = B / group_sequences_, group_tokens = group_sequences_ * S;
@@ -210,16 +217,15 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   } else {
     a.fc1 = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
     a.act = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
-    ops.linear_forward(a.ln2.data(), P.value(ids.fc1_w), P.value(ids.fc1_b), a.fc1.data(), N, h,
-                       fl);
-    ops.gelu_forward(a.fc1.data(), a.act.data(), static_cast<std::size_t>(N) * fl);
+    ops.linear_forward(a.ln2.data(), P.value(ids.fc1_w), nullptr, a.fc1.data(), N, h, fl);
+    ops.bias_gelu_forward(a.fc1.data(), P.value(ids.fc1_b), a.act.data(), N, fl);
     reduced_output(out, Nh, a.ffn_stash, recompute, [&](T* partial) {
       ops.linear_forward(a.act.data(), P.value(ids.fc2_w), nullptr, partial, N, fl, h);
     });
-    ops.add_bias(out, P.value(ids.fc2_b), N, h, N, 1);
+    ops.add_bias_residual(out, P.value(ids.fc2_b), a.mid.data(), N, h);
     flops += 4.0 * N * h * fl;
   }
-  ops.add(a.mid.data(), out, Nh);  // residual
+  if (ids.moe) ops.add(a.mid.data(), out, Nh);  // residual (the MoE layer added its bias)
   last_forward_flops_ += flops;
 }
 
@@ -271,9 +277,9 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
     Tensor<T> d_act = zeros<T>(device_, static_cast<std::size_t>(N) * fl);
     ops.linear_backward(a.act.data(), P.value(ids.fc2_w), d_out, d_act.data(), P.grad(ids.fc2_w),
                         P.grad(ids.fc2_b), N, fl, h);
-    ops.gelu_backward(a.fc1.data(), d_act.data(), d_act.data(), static_cast<std::size_t>(N) * fl);
+    ops.gelu_bias_backward(a.fc1.data(), d_act.data(), P.grad(ids.fc1_b), N, fl);
     ops.linear_backward(a.ln2.data(), P.value(ids.fc1_w), d_act.data(), d_ln2.data(),
-                        P.grad(ids.fc1_w), P.grad(ids.fc1_b), N, h, fl);
+                        P.grad(ids.fc1_w), nullptr, N, h, fl);
     tensor_all_reduce(d_ln2.data(), Nh);  // column-parallel input gradient
   }
   Tensor<T> d_mid(device_, Nh);
@@ -284,7 +290,11 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   ops.linear_backward(a.att.data(), P.value(ids.proj_w), d_mid.data(), d_att.data(),
                       P.grad(ids.proj_w), P.grad(ids.proj_b), N, hl, h);
   Tensor<T> d_qkv(device_, static_cast<std::size_t>(N) * 3 * hl);
-  ops.attention_backward(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, Hl, hl);
+  if (config_.fused_attention())
+    ops.flash_attention_backward(a.qkv.data(), a.att.data(), a.lse.data(), d_att.data(),
+                                 d_qkv.data(), B, S, Hl, hl);
+  else
+    ops.attention_backward(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, Hl, hl);
   Tensor<T> d_ln1 = zeros<T>(device_, Nh);
   ops.linear_backward(a.ln1.data(), P.value(ids.qkv_w), d_qkv.data(), d_ln1.data(),
                       P.grad(ids.qkv_w), P.grad(ids.qkv_b), N, h, 3 * hl);

@@ -101,9 +101,10 @@ class GptModel {
     bool moe = false;
   };
   struct BlockActs {
-    Tensor<T> input;  // the checkpoint: always kept
-    Tensor<T> ln1, qkv, probs, att, mid, ln2;
+    Tensor<T> input;                           // the checkpoint: always kept
+    Tensor<T> ln1, qkv, probs, att, mid, ln2;  // probs: materialised attention only
     Tensor<M> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+    Tensor<M> lse;  // fused attention: each row's log-sum-exp [B, heads, S]
     Tensor<T> fc1, act;
     Tensor<T> proj_stash, ffn_stash;  // CAC: the tensor all-reduce outputs, for the recompute
     std::vector<MoeActivations<T>> moe;

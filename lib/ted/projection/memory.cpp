@@ -58,8 +58,11 @@ MemoryEstimate step_memory(const StepShape& s) {
   // One gating group's routing (kept with the layer's activations): probs, gate values and
   // weights in the master type, experts and slots as int32, counts, the aux loss.
   const std::uint64_t routing = mw * (N * E + 2 * N * K + 1) + iw * (2 * N * K + E);
+  // Attention keeps the probabilities [B, Hl, S, S] (materialised) or each row's log-sum-exp
+  // [B, Hl, S] in the master type (fused); neither backward allocates on the device.
+  const std::uint64_t attention = m.fused_attention() ? mw * B * Hl * S : w * B * Hl * S * S;
   auto block_forward = [&](bool moe) {  // returns what the block keeps (its internals)
-    std::uint64_t kept = w * (X + N * 3 * hl + B * Hl * S * S + N * hl + X + X) + mw * 4 * N;
+    std::uint64_t kept = w * (X + N * 3 * hl + N * hl + X + X) + attention + mw * 4 * N;
     a.take(kept);
     if (moe) {
       a.take(mw * N * E);  // the gate's logits, freed when the layer returns

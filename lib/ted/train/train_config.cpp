@@ -19,6 +19,7 @@ ConfigSchema TrainConfig::schema() {
   s.add("model.experts", &m.gate.experts);
   s.add("model.expert_interval", &m.expert_interval);
   s.add("model.checkpoint", &m.checkpoint);
+  s.add("model.attention", &m.attention);
   s.add("model.init_std", &m.init_std);
   s.add("gating.top_k", &m.gate.top_k);
   s.add("gating.capacity_factor", &m.gate.capacity_factor);

@@ -5,8 +5,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "ted/backend/cpu/op_profile.hpp"
 #include "ted/backend/tensor.hpp"
 #include "ted/core/error.hpp"
+#include "ted/core/parallel.hpp"
+#include "ted/kernels/cpu/flash_attention.hpp"
 #include "ted/kernels/cpu/gating.hpp"
 #include "ted/kernels/cpu/layers.hpp"
 #include "ted/model/random.hpp"
@@ -15,6 +18,9 @@ namespace ted::cpu {
 namespace {
 
 namespace kc = ted::kernels::cpu;
+
+// Rows per task of the row-parallel loops (tokens): enough work to be worth a wake-up.
+constexpr std::int64_t kRows = 32;
 
 // A read-only view of n elements of T in the compute type C = master_t<T>: the buffer itself
 // when T is C, else a widened copy.
@@ -103,10 +109,14 @@ class CpuOps final : public Ops<T> {
   std::string name() const override { return "cpu"; }
 
   void add(const T* a, T* y, std::size_t count) override {
-    for (std::size_t i = 0; i < count; ++i) y[i] = narrow<T>(widen(y[i]) + widen(a[i]));
+    TED_OP_TIMER(__func__);
+    parallel_for(static_cast<std::int64_t>(count), [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t i = first; i < last; ++i) y[i] = narrow<T>(widen(y[i]) + widen(a[i]));
+    });
   }
 
   void add_bias(T* y, const T* bias, int rows, int width, int rows_per_bias, int biases) override {
+    TED_OP_TIMER(__func__);
     for (int r = 0; r < rows; ++r) {
       const T* b = bias + static_cast<std::size_t>((r / rows_per_bias) % biases) * width;
       T* row = y + static_cast<std::size_t>(r) * width;
@@ -114,10 +124,18 @@ class CpuOps final : public Ops<T> {
     }
   }
 
+  void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int width) override {
+    TED_OP_TIMER(__func__);
+    In<T> b(bias, width), r(residual, count_of<T>(rows, width));
+    Out<T> yc(y, count_of<T>(rows, width), true);
+    kc::add_bias_residual<C>(yc, b, r, rows, width);
+  }
+
   // Through double: exact for every pair the model converts (fp32 <-> fp64, and 16-bit <-> fp32,
   // whose round trip through double is exact), with the shared rounding of core/dtype.hpp.
   void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
                std::size_t count) override {
+    TED_OP_TIMER(__func__);
     if (src == dst && src_type == dst_type) return;
     for (std::size_t i = 0; i < count; ++i)
       store_from_double(dst, dst_type, i, load_as_double(src, src_type, i));
@@ -125,6 +143,7 @@ class CpuOps final : public Ops<T> {
 
   void init_normal(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key, double std,
                    const model::SliceMap& map) override {
+    TED_OP_TIMER(__func__);
     for (std::size_t i = 0; i < count; ++i)
       dst[i] = narrow<T>(static_cast<M>(
           std * random::normal(seed, random::kInit, key, model::global_index(map, i))));
@@ -132,29 +151,44 @@ class CpuOps final : public Ops<T> {
 
   void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n,
                          int seq, int h) override {
-    for (int i = 0; i < n; ++i) {
-      const T* t = tok + static_cast<std::int64_t>(tokens[i]) * h;
-      const T* p = pos + static_cast<std::int64_t>(i % seq) * h;
-      T* out = x + static_cast<std::int64_t>(i) * h;
-      for (int j = 0; j < h; ++j) out[j] = narrow<T>(widen(t[j]) + widen(p[j]));
-    }
+    TED_OP_TIMER(__func__);
+    parallel_for(
+        n,
+        [&](std::int64_t first, std::int64_t last) {
+          for (std::int64_t i = first; i < last; ++i) {
+            const T* t = tok + static_cast<std::int64_t>(tokens[i]) * h;
+            const T* p = pos + (i % seq) * h;
+            T* out = x + i * h;
+            for (int j = 0; j < h; ++j) out[j] = narrow<T>(widen(t[j]) + widen(p[j]));
+          }
+        },
+        kRows);
   }
 
   void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n, int seq,
                           int h) override {
-    for (int i = 0; i < n; ++i) {
-      const T* g = dx + static_cast<std::int64_t>(i) * h;
-      M* t = dtok + static_cast<std::int64_t>(tokens[i]) * h;
-      M* p = dpos + static_cast<std::int64_t>(i % seq) * h;
-      for (int j = 0; j < h; ++j) {
-        t[j] += widen(g[j]);
-        p[j] += widen(g[j]);
-      }
-    }
+    TED_OP_TIMER(__func__);
+    // Rows scatter into shared table rows: parallel over columns instead, each column summed
+    // in row order by one thread (the serial loop's result).
+    parallel_for(
+        h,
+        [&](std::int64_t first, std::int64_t last) {
+          for (int i = 0; i < n; ++i) {
+            const T* g = dx + static_cast<std::int64_t>(i) * h;
+            M* t = dtok + static_cast<std::int64_t>(tokens[i]) * h;
+            M* p = dpos + static_cast<std::int64_t>(i % seq) * h;
+            for (std::int64_t j = first; j < last; ++j) {
+              t[j] += widen(g[j]);
+              p[j] += widen(g[j]);
+            }
+          }
+        },
+        64);
   }
 
   void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd, int n,
                          int h) override {
+    TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, h)), g(gamma, h), b(beta, h);
     Out<T> yc(y, count_of<T>(n, h), false);
     kc::layernorm_forward<C>(xc, g, b, yc, mean, rstd, n, h);
@@ -162,12 +196,14 @@ class CpuOps final : public Ops<T> {
 
   void layernorm_backward(const T* x, const T* gamma, const M* mean, const M* rstd, const T* dy,
                           T* dx, M* dgamma, M* dbeta, int n, int h) override {
+    TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, h)), g(gamma, h), dyc(dy, count_of<T>(n, h));
     Out<T> dxc(dx, count_of<T>(n, h), true);
     kc::layernorm_backward<C>(xc, g, mean, rstd, dyc, dxc, dgamma, dbeta, n, h);
   }
 
   void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) override {
+    TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out)), bc(b, out);
     Out<T> yc(y, count_of<T>(n, out), false);
     kc::linear_forward<C>(xc, wc, bc, yc, n, in, out);
@@ -175,30 +211,57 @@ class CpuOps final : public Ops<T> {
 
   void linear_backward(const T* x, const T* w, const T* dy, T* dx, M* dw, M* db, int n, int in,
                        int out) override {
+    TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out)), dyc(dy, count_of<T>(n, out));
     Out<T> dxc(dx, count_of<T>(n, in), true);
     kc::linear_backward<C>(xc, wc, dyc, dxc, dw, db, n, in, out);
   }
 
   void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) override {
+    TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out));
     kc::linear_forward<C>(xc, wc, nullptr, logits, n, in, out);
   }
 
   void gelu_forward(const T* x, T* y, std::size_t count) override {
+    TED_OP_TIMER(__func__);
     In<T> xc(x, count);
     Out<T> yc(y, count, false);
     kc::gelu_forward<C>(xc, yc, static_cast<std::int64_t>(count));
   }
 
   void gelu_backward(const T* x, const T* dy, T* dx, std::size_t count) override {
+    TED_OP_TIMER(__func__);
     In<T> xc(x, count), dyc(dy, count);
     Out<T> dxc(dx, count, false);
     kc::gelu_backward<C>(xc, dyc, dxc, static_cast<std::int64_t>(count));
   }
 
+  void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) override {
+    TED_OP_TIMER(__func__);
+    In<T> b(bias, width);
+    Out<T> hid(hidden, count_of<T>(rows, width), true), a(act, count_of<T>(rows, width), false);
+    kc::bias_gelu_forward<C>(hid, b, a, rows, width);
+  }
+
+  void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) override {
+    TED_OP_TIMER(__func__);
+    In<T> hid(hidden, count_of<T>(rows, width));
+    if constexpr (std::is_same_v<T, C>) {
+      kc::gelu_bias_backward<C>(hid, d, db, rows, width);
+    } else {  // the bias gradient sums the rounded d, as a separate bias pass would
+      {
+        Out<T> dc(d, count_of<T>(rows, width), true);
+        kc::gelu_bias_backward<C>(hid, dc, nullptr, rows, width);
+      }
+      In<T> dc(d, count_of<T>(rows, width));
+      if (db) kc::add_column_sums<C>(dc, db, rows, width);
+    }
+  }
+
   void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
                          int h) override {
+    TED_OP_TIMER(__func__);
     const std::size_t rows = count_of<T>(batch, seq);
     In<T> q(qkv, rows * 3 * h);
     Out<T> o(out, rows * h, false), p(probs, rows * heads * seq, false);
@@ -207,20 +270,41 @@ class CpuOps final : public Ops<T> {
 
   void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
                           int seq, int heads, int h) override {
+    TED_OP_TIMER(__func__);
     const std::size_t rows = count_of<T>(batch, seq);
     In<T> q(qkv, rows * 3 * h), p(probs, rows * heads * seq), d(d_out, rows * h);
     Out<T> dq(d_qkv, rows * 3 * h, false);
     kc::attention_backward<C>(q, p, d, dq, batch, seq, heads, h);
   }
 
+  void flash_attention_forward(const T* qkv, T* out, M* lse, int batch, int seq, int heads,
+                               int h) override {
+    TED_OP_TIMER(__func__);
+    const std::size_t rows = count_of<T>(batch, seq);
+    In<T> q(qkv, rows * 3 * h);
+    Out<T> o(out, rows * h, false);
+    kc::flash_attention_forward<C>(q, o, lse, batch, seq, heads, h);
+  }
+
+  void flash_attention_backward(const T* qkv, const T* out, const M* lse, const T* d_out, T* d_qkv,
+                                int batch, int seq, int heads, int h) override {
+    TED_OP_TIMER(__func__);
+    const std::size_t rows = count_of<T>(batch, seq);
+    In<T> q(qkv, rows * 3 * h), o(out, rows * h), d(d_out, rows * h);
+    Out<T> dq(d_qkv, rows * 3 * h, false);
+    kc::flash_attention_backward<C>(q, o, lse, d, dq, batch, seq, heads, h);
+  }
+
   double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,
                             int vocab) override {
+    TED_OP_TIMER(__func__);
     In<T> l(logits, count_of<T>(n, vocab));
     return static_cast<double>(kc::cross_entropy_loss<C>(l, targets, log_sum, n, vocab));
   }
 
   void cross_entropy_backward(const T* logits, const std::int32_t* targets, const M* log_sum,
                               T* d_logits, int n, int vocab, M scale) override {
+    TED_OP_TIMER(__func__);
     In<T> l(logits, count_of<T>(n, vocab));  // copied first for 16-bit, so aliasing is fine
     Out<T> d(d_logits, count_of<T>(n, vocab), false);
     kc::cross_entropy_backward<C>(l, targets, log_sum, d, n, vocab, scale);
@@ -228,6 +312,7 @@ class CpuOps final : public Ops<T> {
 
   void route(const M* logits, int tokens, const model::GateConfig& config,
              const model::RoutingKey& key, model::Routing<M>& r) override {
+    TED_OP_TIMER(__func__);
     Device& device = this->device();
     const std::size_t choices = count_of<T>(tokens, config.top_k);
     r.tokens = tokens;
@@ -247,6 +332,7 @@ class CpuOps final : public Ops<T> {
 
   void route_backward(const model::Routing<M>& r, const M* d_weight, M aux_scale,
                       T* d_logits) override {
+    TED_OP_TIMER(__func__);
     Out<T> d(d_logits, count_of<T>(r.tokens, r.experts), false);
     kc::route_backward<M>({r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(),
                            r.weight.data(), r.first_count.data(), r.aux.data()},
@@ -254,6 +340,7 @@ class CpuOps final : public Ops<T> {
   }
 
   model::RoutingStats routing_stats(const model::Routing<M>& r) override {
+    TED_OP_TIMER(__func__);
     model::RoutingStats stats;
     stats.aux = static_cast<double>(r.aux.data()[0]);
     const std::int32_t* slot = r.slot.data();
@@ -262,8 +349,9 @@ class CpuOps final : public Ops<T> {
   }
 
   void dispatch(const T* x, const model::Routing<M>& r, T* buffer, int h, int capacity) override {
+    TED_OP_TIMER(__func__);
     std::fill(buffer, buffer + static_cast<std::size_t>(r.experts) * capacity * h, narrow<T>(0));
-    for_each_kept(r, capacity, [&](int s, std::size_t, std::size_t row) {
+    for_each_kept_parallel(r, capacity, [&](int s, std::size_t, std::size_t row) {
       std::copy(x + static_cast<std::size_t>(s) * h, x + static_cast<std::size_t>(s + 1) * h,
                 buffer + row * h);
     });
@@ -271,7 +359,8 @@ class CpuOps final : public Ops<T> {
 
   void dispatch_backward(const T* d_buffer, const model::Routing<M>& r, T* dx, int h,
                          int capacity) override {
-    for_each_kept(r, capacity, [&](int s, std::size_t, std::size_t row) {
+    TED_OP_TIMER(__func__);
+    for_each_kept_parallel(r, capacity, [&](int s, std::size_t, std::size_t row) {
       const T* d = d_buffer + row * h;
       T* out = dx + static_cast<std::size_t>(s) * h;
       for (int j = 0; j < h; ++j) out[j] = narrow<T>(widen(out[j]) + widen(d[j]));
@@ -280,30 +369,38 @@ class CpuOps final : public Ops<T> {
 
   void combine(const T* expert_out, const model::Routing<M>& r, T* y, int h,
                int capacity) override {
-    std::vector<C> row(static_cast<std::size_t>(h));
+    TED_OP_TIMER(__func__);
     const M* weight = r.weight.data();
-    for (int s = 0; s < r.tokens; ++s) {
-      std::fill(row.begin(), row.end(), C(0));
-      for (int k = 0; k < r.top_k; ++k) {
-        const std::size_t index = static_cast<std::size_t>(s) * r.top_k + k;
-        const std::int32_t slot = r.slot.data()[index];
-        if (slot < 0) continue;
-        const T* out =
-            expert_out + (static_cast<std::size_t>(r.expert.data()[index]) * capacity + slot) * h;
-        for (int j = 0; j < h; ++j) row[j] += weight[index] * widen(out[j]);
-      }
-      T* dst = y + static_cast<std::size_t>(s) * h;
-      for (int j = 0; j < h; ++j) dst[j] = narrow<T>(row[j]);
-    }
+    parallel_for(
+        r.tokens,
+        [&](std::int64_t first, std::int64_t last) {
+          std::vector<C> row(static_cast<std::size_t>(h));
+          for (std::int64_t s = first; s < last; ++s) {
+            std::fill(row.begin(), row.end(), C(0));
+            for (int k = 0; k < r.top_k; ++k) {
+              const std::size_t index = static_cast<std::size_t>(s) * r.top_k + k;
+              const std::int32_t slot = r.slot.data()[index];
+              if (slot < 0) continue;
+              const T* out =
+                  expert_out +
+                  (static_cast<std::size_t>(r.expert.data()[index]) * capacity + slot) * h;
+              for (int j = 0; j < h; ++j) row[j] += weight[index] * widen(out[j]);
+            }
+            T* dst = y + static_cast<std::size_t>(s) * h;
+            for (int j = 0; j < h; ++j) dst[j] = narrow<T>(row[j]);
+          }
+        },
+        kRows);
   }
 
   void combine_backward(const T* expert_out, const T* dy, const model::Routing<M>& r,
                         T* d_expert_out, M* d_weight, int h, int capacity) override {
+    TED_OP_TIMER(__func__);
     std::fill(d_expert_out, d_expert_out + static_cast<std::size_t>(r.experts) * capacity * h,
               narrow<T>(0));
     std::fill(d_weight, d_weight + count_of<T>(r.tokens, r.top_k), M(0));
     const M* weight = r.weight.data();
-    for_each_kept(r, capacity, [&](int s, std::size_t index, std::size_t row) {
+    for_each_kept_parallel(r, capacity, [&](int s, std::size_t index, std::size_t row) {
       const T* g = dy + static_cast<std::size_t>(s) * h;
       const T* out = expert_out + row * h;
       T* d = d_expert_out + row * h;
@@ -318,6 +415,7 @@ class CpuOps final : public Ops<T> {
 
   void experts_forward(const T* in, const T* w1, const T* b1, const T* w2, T* hidden, T* act,
                        T* out, int sources, int experts, int rows, int h, int f) override {
+    TED_OP_TIMER(__func__);
     const std::size_t blocks = count_of<T>(sources, experts);
     const std::size_t R = static_cast<std::size_t>(rows);
     In<T> x(in, blocks * R * h), w1c(w1, count_of<T>(experts, h) * f),
@@ -326,9 +424,8 @@ class CpuOps final : public Ops<T> {
         o(out, blocks * R * h, false);
     for (std::size_t b = 0; b < blocks; ++b) {
       const std::size_t le = b % static_cast<std::size_t>(experts);
-      kc::linear_forward<C>(x + b * R * h, w1c + le * h * f, b1c + le * f, hid + b * R * f, rows, h,
-                            f);
-      kc::gelu_forward<C>(hid + b * R * f, a + b * R * f, static_cast<std::int64_t>(R) * f);
+      kc::linear_forward<C>(x + b * R * h, w1c + le * h * f, nullptr, hid + b * R * f, rows, h, f);
+      kc::bias_gelu_forward<C>(hid + b * R * f, b1c + le * f, a + b * R * f, rows, f);
       kc::linear_forward<C>(a + b * R * f, w2c + le * f * h, nullptr, o + b * R * h, rows, f, h);
     }
   }
@@ -336,6 +433,7 @@ class CpuOps final : public Ops<T> {
   void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden, const T* act,
                         const T* d_out, T* d_in, M* dw1, M* db1, M* dw2, M* db2, int sources,
                         int experts, int rows, int h, int f) override {
+    TED_OP_TIMER(__func__);
     const std::size_t blocks = count_of<T>(sources, experts);
     const std::size_t R = static_cast<std::size_t>(rows);
     In<T> x(in, blocks * R * h), w1c(w1, count_of<T>(experts, h) * f),
@@ -351,24 +449,27 @@ class CpuOps final : public Ops<T> {
       std::fill(dh, dh + R * f, C(0));
       kc::linear_backward<C>(a + b * R * f, w2c + le * f * h, dout + b * R * h, dh,
                              dw2 + le * f * h, db2 + le * h, rows, f, h);
-      kc::gelu_backward<C>(hid + b * R * f, dh, dh, static_cast<std::int64_t>(R) * f);
+      kc::gelu_bias_backward<C>(hid + b * R * f, dh, db1 + le * f, rows, f);
       kc::linear_backward<C>(x + b * R * h, w1c + le * h * f, dh, dx + b * R * h, dw1 + le * h * f,
-                             db1 + le * f, rows, h, f);
+                             nullptr, rows, h, f);
     }
   }
 
   void scale_copy(const M* g, M* out, std::size_t count, M scale) override {
+    TED_OP_TIMER(__func__);
     for (std::size_t k = 0; k < count; ++k) out[k] = g[k] * scale;
   }
 
   void adamw(M* value, M* m, M* v, const M* g, std::size_t count,
              const kernels::AdamHyper<M>& hyper) override {
+    TED_OP_TIMER(__func__);
     for (std::size_t k = 0; k < count; ++k)
       kernels::adamw_update(value[k], m[k], v[k], g[k], hyper);
   }
 
   double sum_squares(const void* data, DataType dtype, std::span<const IndexRange> ranges,
                      double initial) override {
+    TED_OP_TIMER(__func__);
     return with_typed(data, dtype, [&](auto* typed) {
       double sum = initial;
       for (const auto& range : ranges)
@@ -381,6 +482,7 @@ class CpuOps final : public Ops<T> {
   }
 
   bool has_non_finite(const void* data, DataType dtype, std::size_t count) override {
+    TED_OP_TIMER(__func__);
     return with_typed(data, dtype, [&](auto* typed) {
       for (std::size_t k = 0; k < count; ++k)
         if (!std::isfinite(static_cast<double>(widen(typed[k])))) return true;
@@ -389,16 +491,24 @@ class CpuOps final : public Ops<T> {
   }
 
  private:
-  // f(token, choice index, buffer row) for every kept choice, in token then choice order.
+  // f(token, choice index, buffer row) for every kept choice, tokens split over the thread
+  // pool (each token's choices in order, by one thread). Fine for the callers: a buffer row
+  // belongs to one choice, and a token's own rows are touched by its thread only.
   template <typename F>
-  static void for_each_kept(const model::Routing<M>& r, int capacity, F&& f) {
-    for (int s = 0; s < r.tokens; ++s)
-      for (int k = 0; k < r.top_k; ++k) {
-        const std::size_t index = static_cast<std::size_t>(s) * r.top_k + k;
-        const std::int32_t slot = r.slot.data()[index];
-        if (slot < 0) continue;
-        f(s, index, static_cast<std::size_t>(r.expert.data()[index]) * capacity + slot);
-      }
+  static void for_each_kept_parallel(const model::Routing<M>& r, int capacity, F&& f) {
+    parallel_for(
+        r.tokens,
+        [&](std::int64_t first, std::int64_t last) {
+          for (std::int64_t s = first; s < last; ++s)
+            for (int k = 0; k < r.top_k; ++k) {
+              const std::size_t index = static_cast<std::size_t>(s) * r.top_k + k;
+              const std::int32_t slot = r.slot.data()[index];
+              if (slot < 0) continue;
+              f(static_cast<int>(s), index,
+                static_cast<std::size_t>(r.expert.data()[index]) * capacity + slot);
+            }
+        },
+        kRows);
   }
 };
 

@@ -37,6 +37,9 @@ class CudaOps final : public Ops<T> {
   void add_bias(T* y, const T* bias, int rows, int width, int rows_per_bias, int biases) override {
     kc::add_bias<T>(ctx_, y, bias, rows, width, rows_per_bias, biases);
   }
+  void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int width) override {
+    kc::add_bias_residual<T>(ctx_, y, bias, residual, rows, width);
+  }
   void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
                std::size_t count) override {
     with_typed(src, src_type, [&](auto* in) {
@@ -85,6 +88,12 @@ class CudaOps final : public Ops<T> {
   void gelu_backward(const T* x, const T* dy, T* dx, std::size_t count) override {
     kc::gelu_backward<T>(ctx_, x, dy, dx, count);
   }
+  void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) override {
+    kc::bias_gelu_forward<T>(ctx_, hidden, bias, act, rows, width);
+  }
+  void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) override {
+    kc::gelu_bias_backward<T>(ctx_, hidden, d, db, rows, width);
+  }
   void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
                          int h) override {
     kc::attention_forward<T>(ctx_, qkv, out, probs, batch, seq, heads, h);
@@ -92,6 +101,14 @@ class CudaOps final : public Ops<T> {
   void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
                           int seq, int heads, int h) override {
     kc::attention_backward<T>(ctx_, qkv, probs, d_out, d_qkv, batch, seq, heads, h);
+  }
+  void flash_attention_forward(const T* qkv, T* out, M* lse, int batch, int seq, int heads,
+                               int h) override {
+    kc::flash_attention_forward<T>(ctx_, qkv, out, lse, batch, seq, heads, h);
+  }
+  void flash_attention_backward(const T* qkv, const T* out, const M* lse, const T* d_out, T* d_qkv,
+                                int batch, int seq, int heads, int h) override {
+    kc::flash_attention_backward<T>(ctx_, qkv, out, lse, d_out, d_qkv, batch, seq, heads, h);
   }
   double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,
                             int vocab) override {

@@ -6,9 +6,32 @@
 
 #include "ted/core/parallel.hpp"
 #include "ted/kernels/cpu/blas.hpp"
+#include "ted/kernels/cpu/vector_math.hpp"
 #include "ted/kernels/elementwise.hpp"
 
 namespace ted::kernels::cpu {
+
+namespace {
+
+// Rows per task of the row-parallel loops: enough work to be worth a wake-up.
+constexpr std::int64_t kRowGrain = 16;
+
+}  // namespace
+
+// Parallel over columns: each column is summed by one thread in row order, so the result is
+// the serial loop's, whatever the thread count.
+template <typename T>
+void add_column_sums(const T* y, T* sums, int rows, int width) {
+  parallel_for(
+      width,
+      [&](std::int64_t first, std::int64_t last) {
+        for (int i = 0; i < rows; ++i) {
+          const T* row = y + static_cast<std::int64_t>(i) * width;
+          for (std::int64_t j = first; j < last; ++j) sums[j] += row[j];
+        }
+      },
+      64);
+}
 
 template <typename T>
 void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) {
@@ -25,12 +48,7 @@ void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, i
   if (n == 0) return;
   if (dx) gemm(false, true, n, in, out, T(1), dy, out, w, out, T(1), dx, in);
   gemm(true, false, in, out, n, T(1), x, in, dy, out, T(1), dw, out);
-  if (db) {
-    for (int i = 0; i < n; ++i) {
-      const T* row = dy + static_cast<std::int64_t>(i) * out;
-      for (int j = 0; j < out; ++j) db[j] += row[j];
-    }
-  }
+  if (db) add_column_sums(dy, db, n, out);
 }
 
 template <typename T>
@@ -56,43 +74,108 @@ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean,
       64);
 }
 
+// One pass over each row: its dx, and its share of dgamma and dbeta into the partial sums of
+// its block of kLnBlock rows; then the blocks' partials are added in block order (parallel over
+// columns). Blocks are fixed, so the sums do not depend on the thread count.
 template <typename T>
 void layernorm_backward(const T* x, const T* gamma, const T* mean, const T* rstd, const T* dy,
                         T* dx, T* dgamma, T* dbeta, int n, int h) {
-  for (int i = 0; i < n; ++i) {
-    const T* row = x + static_cast<std::int64_t>(i) * h;
-    const T* grad = dy + static_cast<std::int64_t>(i) * h;
-    T* din = dx + static_cast<std::int64_t>(i) * h;
-    T mu = mean[i], r = rstd[i];
-    T sum_g = 0, sum_gx = 0;  // sums of dxhat and dxhat * xhat
-    for (int j = 0; j < h; ++j) {
-      T xhat = (row[j] - mu) * r;
-      T g = grad[j] * gamma[j];
-      sum_g += g;
-      sum_gx += g * xhat;
-      dgamma[j] += grad[j] * xhat;
-      dbeta[j] += grad[j];
-    }
-    for (int j = 0; j < h; ++j) {
-      T xhat = (row[j] - mu) * r;
-      T g = grad[j] * gamma[j];
-      din[j] += r * (g - (sum_g + xhat * sum_gx) / h);
-    }
-  }
+  constexpr int kLnBlock = 32;
+  const int blocks = (n + kLnBlock - 1) / kLnBlock;
+  std::vector<T> partial(static_cast<std::size_t>(blocks) * 2 * h, T(0));
+  parallel_for(
+      blocks,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t blk = first; blk < last; ++blk) {
+          T* pg = partial.data() + blk * 2 * h;  // dgamma, then dbeta
+          T* pb = pg + h;
+          const int end = std::min<int>(n, static_cast<int>(blk + 1) * kLnBlock);
+          for (int i = static_cast<int>(blk) * kLnBlock; i < end; ++i) {
+            const T* row = x + static_cast<std::int64_t>(i) * h;
+            const T* grad = dy + static_cast<std::int64_t>(i) * h;
+            T* din = dx + static_cast<std::int64_t>(i) * h;
+            const T mu = mean[i], r = rstd[i];
+            T sum_g = 0, sum_gx = 0;  // sums of dxhat and dxhat * xhat
+            for (int j = 0; j < h; ++j) {
+              const T xhat = (row[j] - mu) * r;
+              const T g = grad[j] * gamma[j];
+              sum_g += g;
+              sum_gx += g * xhat;
+              pg[j] += grad[j] * xhat;
+              pb[j] += grad[j];
+            }
+            for (int j = 0; j < h; ++j) {
+              const T xhat = (row[j] - mu) * r;
+              din[j] += r * (grad[j] * gamma[j] - (sum_g + xhat * sum_gx) / h);
+            }
+          }
+        }
+      },
+      1);
+  parallel_for(
+      h,
+      [&](std::int64_t first, std::int64_t last) {
+        for (int blk = 0; blk < blocks; ++blk) {
+          const T* pg = partial.data() + static_cast<std::int64_t>(blk) * 2 * h;
+          for (std::int64_t j = first; j < last; ++j) {
+            dgamma[j] += pg[j];
+            dbeta[j] += pg[h + j];
+          }
+        }
+      },
+      64);
 }
 
 template <typename T>
 void gelu_forward(const T* x, T* y, std::int64_t count) {
   parallel_for(count, [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t i = first; i < last; ++i) y[i] = gelu(x[i]);
+    for (std::int64_t i = first; i < last; ++i) y[i] = gelu(x[i], FastExp{});
   });
 }
 
 template <typename T>
 void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t count) {
   parallel_for(count, [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t i = first; i < last; ++i) dx[i] = dy[i] * gelu_grad(x[i]);
+    for (std::int64_t i = first; i < last; ++i) dx[i] = dy[i] * gelu_grad(x[i], FastExp{});
   });
+}
+
+template <typename T>
+void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) {
+  parallel_for(
+      rows,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t i = first; i < last; ++i) {
+          T* hrow = hidden + i * width;
+          T* arow = act + i * width;
+          for (int j = 0; j < width; ++j) {
+            const T v = hrow[j] + bias[j];
+            hrow[j] = v;
+            arow[j] = gelu(v, FastExp{});
+          }
+        }
+      },
+      kRowGrain);
+}
+
+template <typename T>
+void gelu_bias_backward(const T* hidden, T* d, T* db, int rows, int width) {
+  gelu_backward(hidden, d, d, static_cast<std::int64_t>(rows) * width);
+  if (db) add_column_sums(d, db, rows, width);
+}
+
+template <typename T>
+void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int width) {
+  parallel_for(
+      rows,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t i = first; i < last; ++i) {
+          T* row = y + i * width;
+          const T* res = residual + i * width;
+          for (int j = 0; j < width; ++j) row[j] = (row[j] + bias[j]) + res[j];
+        }
+      },
+      kRowGrain);
 }
 
 template <typename T>
@@ -173,17 +256,25 @@ void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, 
   }
 }
 
+// Rows in parallel; the mean adds the rows' losses in row order (the serial loop's sum).
 template <typename T>
 T cross_entropy_loss(const T* logits, const std::int32_t* targets, T* log_sum, int n, int vocab) {
+  std::vector<double> row_loss(static_cast<std::size_t>(n));
+  parallel_for(
+      n,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t i = first; i < last; ++i) {
+          const T* row = logits + i * vocab;
+          T max = *std::max_element(row, row + vocab);
+          T sum = 0;
+          for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max);
+          log_sum[i] = std::log(sum) + max;
+          row_loss[i] = static_cast<double>(log_sum[i] - row[targets[i]]);
+        }
+      },
+      kRowGrain);
   double total = 0;
-  for (int i = 0; i < n; ++i) {
-    const T* row = logits + static_cast<std::int64_t>(i) * vocab;
-    T max = *std::max_element(row, row + vocab);
-    T sum = 0;
-    for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - max);
-    log_sum[i] = std::log(sum) + max;
-    total += static_cast<double>(log_sum[i] - row[targets[i]]);
-  }
+  for (double loss : row_loss) total += loss;
   return static_cast<T>(total / n);
 }
 
@@ -191,14 +282,19 @@ template <typename T>
 void cross_entropy_backward(const T* logits, const std::int32_t* targets, const T* log_sum,
                             T* d_logits, int n, int vocab, T scale) {
   const T factor = T(1) / n;
-  for (int i = 0; i < n; ++i) {
-    const T* row = logits + static_cast<std::int64_t>(i) * vocab;
-    T* drow = d_logits + static_cast<std::int64_t>(i) * vocab;
-    // In place is fine: element j is read before it is written.
-    for (int j = 0; j < vocab; ++j) drow[j] = std::exp(row[j] - log_sum[i]) * factor;
-    drow[targets[i]] -= factor;
-    for (int j = 0; j < vocab; ++j) drow[j] *= scale;
-  }
+  parallel_for(
+      n,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t i = first; i < last; ++i) {
+          const T* row = logits + i * vocab;
+          T* drow = d_logits + i * vocab;
+          // In place is fine: element j is read before it is written.
+          for (int j = 0; j < vocab; ++j) drow[j] = std::exp(row[j] - log_sum[i]) * factor;
+          drow[targets[i]] -= factor;
+          for (int j = 0; j < vocab; ++j) drow[j] *= scale;
+        }
+      },
+      kRowGrain);
 }
 
 template <typename T>
@@ -234,6 +330,10 @@ void embedding_backward(const std::int32_t* tokens, const T* dx, T* dtok, T* dpo
                                       T*, int, int);                                              \
   template void gelu_forward<T>(const T*, T*, std::int64_t);                                      \
   template void gelu_backward<T>(const T*, const T*, T*, std::int64_t);                           \
+  template void bias_gelu_forward<T>(T*, const T*, T*, int, int);                                 \
+  template void add_column_sums<T>(const T*, T*, int, int);                                       \
+  template void gelu_bias_backward<T>(const T*, T*, T*, int, int);                                \
+  template void add_bias_residual<T>(T*, const T*, const T*, int, int);                           \
   template void attention_forward<T>(const T*, T*, T*, int, int, int, int);                       \
   template void attention_backward<T>(const T*, const T*, const T*, T*, int, int, int, int);      \
   template T cross_entropy_loss<T>(const T*, const std::int32_t*, T*, int, int);                  \

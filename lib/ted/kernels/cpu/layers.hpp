@@ -30,6 +30,21 @@ void gelu_forward(const T* x, T* y, std::int64_t count);
 template <typename T>
 void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t count);
 
+// sums[j] += sum over rows of y[i, j] (a bias gradient).
+template <typename T>
+void add_column_sums(const T* y, T* sums, int rows, int width);
+
+// Fused element-wise passes, one sweep over the rows each:
+// hidden [rows, width] += bias, and act = gelu(hidden) (the FFN's first layer after its GEMM).
+template <typename T>
+void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width);
+// d = d * gelu'(hidden) in place, and db += its column sums (if db).
+template <typename T>
+void gelu_bias_backward(const T* hidden, T* d, T* db, int rows, int width);
+// y = (y + bias) + residual, row by row: a row-parallel layer's output, its bias and the skip.
+template <typename T>
+void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int width);
+
 // Causal multi-head self-attention core on qkv [batch*seq, 3h] (columns: all heads' q, then k,
 // then v; head j uses columns j*d .. j*d+d-1 of each). Writes out [batch*seq, h] (heads
 // side by side) and the softmax probabilities probs [batch, heads, seq, seq].

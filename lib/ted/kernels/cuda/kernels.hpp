@@ -100,6 +100,14 @@ template <typename T>
 void gelu_forward(Context& ctx, const T* x, T* y, std::size_t count);
 template <typename T>  // dx = dy * gelu'(x); may alias dy
 void gelu_backward(Context& ctx, const T* x, const T* dy, T* dx, std::size_t count);
+// hidden += bias, act = gelu(hidden) in one pass; d = d * gelu'(hidden), db += its column sums.
+template <typename T>
+void bias_gelu_forward(Context& ctx, T* hidden, const T* bias, T* act, int rows, int width);
+template <typename T>
+void gelu_bias_backward(Context& ctx, const T* hidden, T* d, float* db, int rows, int width);
+// y = (y + bias) + residual.
+template <typename T>
+void add_bias_residual(Context& ctx, T* y, const T* bias, const T* residual, int rows, int width);
 template <typename T>
 void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, int seq, int heads,
                        int h);
@@ -107,6 +115,17 @@ void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, 
 template <typename T>
 void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_out, T* d_qkv,
                         int batch, int seq, int heads, int h);
+// Fused causal attention (FlashAttention-2, kernels/cuda/flash_attention.cuh): one block per
+// (sequence, head, query tile), key and value tiles in shared memory, an online softmax; lse
+// [batch, heads, seq] keeps each row's log-sum-exp for the backward.
+template <typename T>
+void flash_attention_forward(Context& ctx, const T* qkv, T* out, float* lse, int batch, int seq,
+                             int heads, int h);
+// d_qkv overwritten. Recomputes the scores tile by tile; its scratch (each row's dO . O and an
+// fp32 dQ accumulator) comes from the context's device.
+template <typename T>
+void flash_attention_backward(Context& ctx, const T* qkv, const T* out, const float* lse,
+                              const T* d_out, T* d_qkv, int batch, int seq, int heads, int h);
 // Keeps each row's log-sum-exp in log_sum [n] for the backward.
 template <typename T>
 double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* targets,

@@ -1,10 +1,11 @@
 // The dense layers on the GPU: conversions, bias, initialisation, linear, LayerNorm, GeLU,
-// causal attention, cross-entropy and the embedding. The same shapes and conventions as
-// kernels/cpu/layers.cpp (backend/ops.hpp).
+// causal attention (materialised here, fused in flash_attention.cuh), cross-entropy and the
+// embedding. The same shapes and conventions as kernels/cpu/layers.cpp (backend/ops.hpp).
 #include <cmath>
 #include <type_traits>
 
 #include "ted/kernels/cuda/common.cuh"
+#include "ted/kernels/cuda/flash_attention.cuh"
 #include "ted/kernels/elementwise.hpp"
 #include "ted/model/random.hpp"
 
@@ -137,6 +138,22 @@ __global__ void gelu_forward_kernel(const T* x, T* y, std::size_t count) {
 template <typename T>
 __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, std::size_t count) {
   TED_GRID_STRIDE(i, count) dx[i] = store<T>(load(dy[i]) * gelu_grad(load(x[i])));
+}
+
+template <typename T>
+__global__ void bias_gelu_kernel(T* hidden, const T* bias, T* act, std::size_t count, int width) {
+  TED_GRID_STRIDE(i, count) {
+    const float v = load(hidden[i]) + load(bias[i % width]);
+    hidden[i] = store<T>(v);
+    act[i] = store<T>(gelu(v));
+  }
+}
+
+template <typename T>
+__global__ void add_bias_residual_kernel(T* y, const T* bias, const T* residual, std::size_t count,
+                                         int width) {
+  TED_GRID_STRIDE(i, count)
+  y[i] = store<T>((load(y[i]) + load(bias[i % width])) + load(residual[i]));
 }
 
 // One block per score row r of [batch*heads*seq, seq]: row i of its head sees columns 0..i.
@@ -352,6 +369,30 @@ void gelu_backward(Context& ctx, const T* x, const T* dy, T* dx, std::size_t cou
   check_launch();
 }
 
+template <typename T>
+void bias_gelu_forward(Context& ctx, T* hidden, const T* bias, T* act, int rows, int width) {
+  const std::size_t count = static_cast<std::size_t>(rows) * width;
+  if (!count) return;
+  bias_gelu_kernel<T>
+      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(hidden, bias, act, count, width);
+  check_launch();
+}
+
+template <typename T>
+void gelu_bias_backward(Context& ctx, const T* hidden, T* d, float* db, int rows, int width) {
+  gelu_backward<T>(ctx, hidden, d, d, static_cast<std::size_t>(rows) * width);
+  if (db) bias_grad<T>(ctx, d, db, rows, width, rows, 1);
+}
+
+template <typename T>
+void add_bias_residual(Context& ctx, T* y, const T* bias, const T* residual, int rows, int width) {
+  const std::size_t count = static_cast<std::size_t>(rows) * width;
+  if (!count) return;
+  add_bias_residual_kernel<T>
+      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(y, bias, residual, count, width);
+  check_launch();
+}
+
 // Per sequence b, the heads are one strided batch: head j's q, k, v are columns j*d of their
 // third of qkv (stride d), its score matrix is probs' [b, j] (stride seq*seq).
 template <typename T>
@@ -467,32 +508,38 @@ TED_INSTANTIATE_CONVERT_FROM(float)
 TED_INSTANTIATE_CONVERT_FROM(Half)
 TED_INSTANTIATE_CONVERT_FROM(BFloat16)
 
-#define TED_INSTANTIATE_LAYERS(T)                                                                \
-  template void add<T>(Context&, const T*, T*, std::size_t);                                     \
-  template void add_bias<T>(Context&, T*, const T*, int, int, int, int);                         \
-  template void bias_grad<T>(Context&, const T*, float*, int, int, int, int);                    \
-  template void init_normal<T>(Context&, T*, std::size_t, std::uint64_t, std::uint64_t, double,  \
-                               const model::SliceMap&);                                          \
-  template void linear_forward<T>(Context&, const T*, const T*, const T*, T*, int, int, int);    \
-  template void linear_backward<T>(Context&, const T*, const T*, const T*, T*, float*, float*,   \
-                                   int, int, int);                                               \
-  template void gate_logits<T>(Context&, const T*, const T*, float*, int, int, int);             \
-  template void layernorm_forward<T>(Context&, const T*, const T*, const T*, T*, float*, float*, \
-                                     int, int);                                                  \
-  template void layernorm_backward<T>(Context&, const T*, const T*, const float*, const float*,  \
-                                      const T*, T*, float*, float*, int, int);                   \
-  template void gelu_forward<T>(Context&, const T*, T*, std::size_t);                            \
-  template void gelu_backward<T>(Context&, const T*, const T*, T*, std::size_t);                 \
-  template void attention_forward<T>(Context&, const T*, T*, T*, int, int, int, int);            \
-  template void attention_backward<T>(Context&, const T*, const T*, const T*, T*, int, int, int, \
-                                      int);                                                      \
-  template double cross_entropy_loss<T>(Context&, const T*, const std::int32_t*, float*, int,    \
-                                        int);                                                    \
-  template void cross_entropy_backward<T>(Context&, const T*, const std::int32_t*, const float*, \
-                                          T*, int, int, float);                                  \
-  template void embedding_forward<T>(Context&, const std::int32_t*, const T*, const T*, T*, int, \
-                                     int, int);                                                  \
-  template void embedding_backward<T>(Context&, const std::int32_t*, const T*, float*, float*,   \
+#define TED_INSTANTIATE_LAYERS(T)                                                                 \
+  template void add<T>(Context&, const T*, T*, std::size_t);                                      \
+  template void add_bias<T>(Context&, T*, const T*, int, int, int, int);                          \
+  template void bias_grad<T>(Context&, const T*, float*, int, int, int, int);                     \
+  template void init_normal<T>(Context&, T*, std::size_t, std::uint64_t, std::uint64_t, double,   \
+                               const model::SliceMap&);                                           \
+  template void linear_forward<T>(Context&, const T*, const T*, const T*, T*, int, int, int);     \
+  template void linear_backward<T>(Context&, const T*, const T*, const T*, T*, float*, float*,    \
+                                   int, int, int);                                                \
+  template void gate_logits<T>(Context&, const T*, const T*, float*, int, int, int);              \
+  template void layernorm_forward<T>(Context&, const T*, const T*, const T*, T*, float*, float*,  \
+                                     int, int);                                                   \
+  template void layernorm_backward<T>(Context&, const T*, const T*, const float*, const float*,   \
+                                      const T*, T*, float*, float*, int, int);                    \
+  template void gelu_forward<T>(Context&, const T*, T*, std::size_t);                             \
+  template void gelu_backward<T>(Context&, const T*, const T*, T*, std::size_t);                  \
+  template void bias_gelu_forward<T>(Context&, T*, const T*, T*, int, int);                       \
+  template void gelu_bias_backward<T>(Context&, const T*, T*, float*, int, int);                  \
+  template void add_bias_residual<T>(Context&, T*, const T*, const T*, int, int);                 \
+  template void attention_forward<T>(Context&, const T*, T*, T*, int, int, int, int);             \
+  template void attention_backward<T>(Context&, const T*, const T*, const T*, T*, int, int, int,  \
+                                      int);                                                       \
+  template void flash_attention_forward<T>(Context&, const T*, T*, float*, int, int, int, int);   \
+  template void flash_attention_backward<T>(Context&, const T*, const T*, const float*, const T*, \
+                                            T*, int, int, int, int);                              \
+  template double cross_entropy_loss<T>(Context&, const T*, const std::int32_t*, float*, int,     \
+                                        int);                                                     \
+  template void cross_entropy_backward<T>(Context&, const T*, const std::int32_t*, const float*,  \
+                                          T*, int, int, float);                                   \
+  template void embedding_forward<T>(Context&, const std::int32_t*, const T*, const T*, T*, int,  \
+                                     int, int);                                                   \
+  template void embedding_backward<T>(Context&, const std::int32_t*, const T*, float*, float*,    \
                                       int, int, int);
 TED_INSTANTIATE_LAYERS(float)
 TED_INSTANTIATE_LAYERS(Half)
