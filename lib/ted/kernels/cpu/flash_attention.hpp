@@ -81,22 +81,14 @@ void flash_attention_forward(const T* qkv, T* out, T* lse, int batch, int seq, i
         for (int r = 0; r < rows; ++r) {
           T* row = s.data() + static_cast<std::size_t>(r) * tile;
           const int seen = std::min(cols, i0 + r - j0 + 1);  // keys j <= i of this tile, >= 1
-          T mx = row[0];
-          for (int c = 1; c < seen; ++c) mx = std::max(mx, row[c]);
-          const T m_new = std::max(m[r], mx);
+          const T m_new = std::max(m[r], row_max(row, seen));
           const T correction = exp_approx(m[r] - m_new);  // 0 on the first tile
-          T sum = 0;
-          for (int c = 0; c < seen; ++c) {
-            row[c] = exp_approx(row[c] - m_new);
-            sum += row[c];
-          }
-          for (int c = seen; c < cols; ++c) row[c] = 0;
+          const T sum = exp_shift_sum(row, seen, m_new);
+          std::fill(row + seen, row + cols, T(0));
           l[r] = l[r] * correction + sum;
           m[r] = m_new;
-          if (correction != T(1)) {
-            T* a = acc.data() + static_cast<std::size_t>(r) * d;
-            for (int c = 0; c < d; ++c) a[c] *= correction;
-          }
+          if (correction != T(1))
+            scale_row(acc.data() + static_cast<std::size_t>(r) * d, d, correction);
         }
         gemm(false, false, rows, d, cols, T(1), s.data(), tile,
              v + static_cast<std::int64_t>(j0) * ld, ld, T(1), acc.data(), d);
@@ -159,9 +151,8 @@ void flash_attention_backward(const T* qkv, const T* out, const T* lse, const T*
         for (int r = 0; r < rows; ++r) {
           T* row = p.data() + static_cast<std::size_t>(r) * tile;
           const int seen = std::min(cols, i0 + r - j0 + 1);
-          const T shift = stats[i0 + r];
-          for (int c = 0; c < seen; ++c) row[c] = exp_approx(row[c] - shift);
-          for (int c = seen; c < cols; ++c) row[c] = 0;
+          exp_shift_sum(row, seen, stats[i0 + r]);
+          std::fill(row + seen, row + cols, T(0));
         }
         // dV_j += P^T dO_i; dP = dO_i V_j^T.
         gemm(true, false, cols, d, rows, T(1), p.data(), tile, gi, h, T(1),
@@ -171,8 +162,7 @@ void flash_attention_backward(const T* qkv, const T* out, const T* lse, const T*
         for (int r = 0; r < rows; ++r) {
           const T* prow = p.data() + static_cast<std::size_t>(r) * tile;
           T* drow = dp.data() + static_cast<std::size_t>(r) * tile;
-          const T di = delta[i0 + r];
-          for (int c = 0; c < cols; ++c) drow[c] = prow[c] * (drow[c] - di) * scale;
+          softmax_grad_row(prow, drow, cols, delta[i0 + r], scale);
         }
         // dQ_i += dS K_j; dK_j += dS^T Q_i.
         gemm(false, false, rows, d, cols, T(1), dp.data(), tile, kj, ld, T(1),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ted/core/parallel.hpp"
@@ -15,6 +16,109 @@ namespace {
 
 // Rows per task of the row-parallel loops: enough work to be worth a wake-up.
 constexpr std::int64_t kRowGrain = 16;
+
+// Rows [first, last) of bias + GeLU: hidden += bias (kept for backward), act = gelu(hidden).
+template <typename T>
+inline void bias_gelu_rows(T* __restrict hidden, const T* __restrict bias, T* __restrict act,
+                           std::int64_t first, std::int64_t last, std::int64_t width) {
+  for (std::int64_t i = first; i < last; ++i) {
+    T* __restrict hrow = hidden + i * width;
+    T* __restrict arow = act + i * width;
+    for (std::int64_t j = 0; j < width; ++j) {
+      const T v = hrow[j] + bias[j];
+      hrow[j] = v;
+      arow[j] = gelu(v, FastExp{});
+    }
+  }
+}
+TED_VECTOR_CLONES void bias_gelu_rows_f32(float* hidden, const float* bias, float* act,
+                                          std::int64_t first, std::int64_t last,
+                                          std::int64_t width) {
+  bias_gelu_rows(hidden, bias, act, first, last, width);
+}
+
+// Elements [first, last) of dx = dy * gelu'(x); dx may be dy (in place, element by element).
+template <typename T>
+inline void gelu_grad_span(const T* __restrict x, const T* dy, T* dx, std::int64_t first,
+                           std::int64_t last) {
+#pragma GCC ivdep
+  for (std::int64_t i = first; i < last; ++i) dx[i] = dy[i] * gelu_grad(x[i], FastExp{});
+}
+TED_VECTOR_CLONES void gelu_grad_span_f32(const float* x, const float* dy, float* dx,
+                                          std::int64_t first, std::int64_t last) {
+  gelu_grad_span(x, dy, dx, first, last);
+}
+
+// One row of LayerNorm forward: mean and 1/std, then y = (x - mean) / std * gamma + beta. The
+// sums run in 16 lanes (vectorisable without reassociating), then the lanes in order.
+constexpr int kLanes = 16;
+template <typename T>
+inline T lane_total(const T (&lanes)[kLanes]) {
+  T total = 0;
+  for (int k = 0; k < kLanes; ++k) total += lanes[k];
+  return total;
+}
+template <typename T>
+inline void layernorm_row(const T* __restrict row, const T* __restrict gamma,
+                          const T* __restrict beta, T* __restrict out, int h, T* mean, T* rstd) {
+  T lanes[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= h; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += row[j + k];
+  T sum = lane_total(lanes);
+  for (; j < h; ++j) sum += row[j];
+  const T mu = sum / h;
+  T dev[kLanes] = {};
+  for (j = 0; j + kLanes <= h; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) dev[k] += (row[j + k] - mu) * (row[j + k] - mu);
+  T var = lane_total(dev);
+  for (; j < h; ++j) var += (row[j] - mu) * (row[j] - mu);
+  const T r = T(1) / std::sqrt(var / h + T(1e-5));
+  for (j = 0; j < h; ++j) out[j] = (row[j] - mu) * r * gamma[j] + beta[j];
+  *mean = mu;
+  *rstd = r;
+}
+TED_VECTOR_CLONES void layernorm_row_f32(const float* row, const float* gamma, const float* beta,
+                                         float* out, int h, float* mean, float* rstd) {
+  layernorm_row(row, gamma, beta, out, h, mean, rstd);
+}
+
+// One row of LayerNorm backward: dx += its gradient, and the row's dgamma, dbeta shares into
+// the block partials pg, pb.
+template <typename T>
+inline void layernorm_row_backward(const T* __restrict row, const T* __restrict grad,
+                                   const T* __restrict gamma, T mu, T r, T* __restrict din,
+                                   T* __restrict pg, T* __restrict pb, int h) {
+  T lanes_g[kLanes] = {}, lanes_gx[kLanes] = {};  // sums of dxhat and dxhat * xhat
+  int j = 0;
+  for (; j + kLanes <= h; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const T xhat = (row[j + k] - mu) * r;
+      const T g = grad[j + k] * gamma[j + k];
+      lanes_g[k] += g;
+      lanes_gx[k] += g * xhat;
+      pg[j + k] += grad[j + k] * xhat;
+      pb[j + k] += grad[j + k];
+    }
+  T sum_g = lane_total(lanes_g), sum_gx = lane_total(lanes_gx);
+  for (; j < h; ++j) {
+    const T xhat = (row[j] - mu) * r;
+    const T g = grad[j] * gamma[j];
+    sum_g += g;
+    sum_gx += g * xhat;
+    pg[j] += grad[j] * xhat;
+    pb[j] += grad[j];
+  }
+  for (j = 0; j < h; ++j) {
+    const T xhat = (row[j] - mu) * r;
+    din[j] += r * (grad[j] * gamma[j] - (sum_g + xhat * sum_gx) / h);
+  }
+}
+TED_VECTOR_CLONES void layernorm_row_backward_f32(const float* row, const float* grad,
+                                                  const float* gamma, float mu, float r, float* din,
+                                                  float* pg, float* pb, int h) {
+  layernorm_row_backward(row, grad, gamma, mu, r, din, pg, pb, h);
+}
 
 }  // namespace
 
@@ -58,17 +162,10 @@ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean,
       n,
       [&](std::int64_t first, std::int64_t last) {
         for (std::int64_t i = first; i < last; ++i) {
-          const T* row = x + i * h;
-          T* out = y + i * h;
-          T sum = 0;
-          for (int j = 0; j < h; ++j) sum += row[j];
-          T mu = sum / h;
-          T var = 0;
-          for (int j = 0; j < h; ++j) var += (row[j] - mu) * (row[j] - mu);
-          T r = T(1) / std::sqrt(var / h + T(1e-5));
-          for (int j = 0; j < h; ++j) out[j] = (row[j] - mu) * r * gamma[j] + beta[j];
-          mean[i] = mu;
-          rstd[i] = r;
+          if constexpr (std::is_same_v<T, float>)
+            layernorm_row_f32(x + i * h, gamma, beta, y + i * h, h, mean + i, rstd + i);
+          else
+            layernorm_row(x + i * h, gamma, beta, y + i * h, h, mean + i, rstd + i);
         }
       },
       64);
@@ -91,23 +188,12 @@ void layernorm_backward(const T* x, const T* gamma, const T* mean, const T* rstd
           T* pb = pg + h;
           const int end = std::min<int>(n, static_cast<int>(blk + 1) * kLnBlock);
           for (int i = static_cast<int>(blk) * kLnBlock; i < end; ++i) {
-            const T* row = x + static_cast<std::int64_t>(i) * h;
-            const T* grad = dy + static_cast<std::int64_t>(i) * h;
-            T* din = dx + static_cast<std::int64_t>(i) * h;
-            const T mu = mean[i], r = rstd[i];
-            T sum_g = 0, sum_gx = 0;  // sums of dxhat and dxhat * xhat
-            for (int j = 0; j < h; ++j) {
-              const T xhat = (row[j] - mu) * r;
-              const T g = grad[j] * gamma[j];
-              sum_g += g;
-              sum_gx += g * xhat;
-              pg[j] += grad[j] * xhat;
-              pb[j] += grad[j];
-            }
-            for (int j = 0; j < h; ++j) {
-              const T xhat = (row[j] - mu) * r;
-              din[j] += r * (grad[j] * gamma[j] - (sum_g + xhat * sum_gx) / h);
-            }
+            const std::int64_t at = static_cast<std::int64_t>(i) * h;
+            if constexpr (std::is_same_v<T, float>)
+              layernorm_row_backward_f32(x + at, dy + at, gamma, mean[i], rstd[i], dx + at, pg, pb,
+                                         h);
+            else
+              layernorm_row_backward(x + at, dy + at, gamma, mean[i], rstd[i], dx + at, pg, pb, h);
           }
         }
       },
@@ -136,7 +222,10 @@ void gelu_forward(const T* x, T* y, std::int64_t count) {
 template <typename T>
 void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t count) {
   parallel_for(count, [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t i = first; i < last; ++i) dx[i] = dy[i] * gelu_grad(x[i], FastExp{});
+    if constexpr (std::is_same_v<T, float>)
+      gelu_grad_span_f32(x, dy, dx, first, last);
+    else
+      gelu_grad_span(x, dy, dx, first, last);
   });
 }
 
@@ -145,15 +234,10 @@ void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) {
   parallel_for(
       rows,
       [&](std::int64_t first, std::int64_t last) {
-        for (std::int64_t i = first; i < last; ++i) {
-          T* hrow = hidden + i * width;
-          T* arow = act + i * width;
-          for (int j = 0; j < width; ++j) {
-            const T v = hrow[j] + bias[j];
-            hrow[j] = v;
-            arow[j] = gelu(v, FastExp{});
-          }
-        }
+        if constexpr (std::is_same_v<T, float>)
+          bias_gelu_rows_f32(hidden, bias, act, first, last, width);
+        else
+          bias_gelu_rows(hidden, bias, act, first, last, width);
       },
       kRowGrain);
 }

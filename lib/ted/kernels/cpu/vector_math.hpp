@@ -9,6 +9,19 @@
 #include <cmath>
 #include <cstdint>
 
+// The fp32 loops the step spends its element-wise time in are compiled three times, for
+// x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the baseline, and the loader picks the best
+// this CPU runs (GCC's target_clones, an ifunc): the build stays portable (a binary built on a
+// login node runs on any compute node) while the loops run 8 or 16 floats wide. The baseline
+// build (SSE2) leaves these loops scalar: GeLU forward and backward measured 40 and 57 ms over
+// 4M elements there, 2.3 and 2.9 ms with the AVX-512 clone.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+#define TED_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TED_VECTOR_CLONES
+#endif
+
 namespace ted::kernels::cpu {
 
 inline float exp_approx(float x) {
@@ -41,5 +54,36 @@ struct FastExp {
     return exp_approx(x);
   }
 };
+
+// Row kernels of the fused attention's online softmax and its backward. The fp32 ones are
+// compiled with TED_VECTOR_CLONES (vector_math.cpp) and reduce in 16 lanes, then the lanes in
+// a fixed order: a sum differs from the serial loop's by rounding, never with the thread count.
+// Other types use the serial loops below (the gradient checks run them in fp64).
+float row_max(const float* x, int n);               // n >= 1
+float exp_shift_sum(float* x, int n, float shift);  // x = exp(x - shift); returns the sum
+void scale_row(float* x, int n, float factor);      // x *= factor
+void softmax_grad_row(const float* p, float* dp, int n, float delta, float scale);
+// dp = p (dp - delta) scale
+
+template <typename T>
+T row_max(const T* x, int n) {
+  T m = x[0];
+  for (int c = 1; c < n; ++c) m = std::max(m, x[c]);
+  return m;
+}
+template <typename T>
+T exp_shift_sum(T* x, int n, T shift) {
+  T sum = 0;
+  for (int c = 0; c < n; ++c) sum += x[c] = exp_approx(x[c] - shift);
+  return sum;
+}
+template <typename T>
+void scale_row(T* x, int n, T factor) {
+  for (int c = 0; c < n; ++c) x[c] *= factor;
+}
+template <typename T>
+void softmax_grad_row(const T* p, T* dp, int n, T delta, T scale) {
+  for (int c = 0; c < n; ++c) dp[c] = p[c] * (dp[c] - delta) * scale;
+}
 
 }  // namespace ted::kernels::cpu
