@@ -92,6 +92,23 @@ double gemm_time(const GemmShape& g, const Cluster& c, double w) {
   return std::max(compute, bytes / c.memory_bandwidth);
 }
 
+double gemm_seconds(const StepShape& s, const Cluster& c) {
+  const double w = static_cast<double>(s.element_bytes);
+  double forward = 0, backward = 0;
+  for (const auto& g : forward_gemms(s)) {
+    // Backward: the input gradient [m, k] = dC B^T and the weight gradient [k, n] = A^T dC.
+    const GemmShape input_gradient{g.m, g.k, g.n, g.count};
+    const GemmShape weight_gradient{g.k, g.n, g.m, g.count};
+    backward += gemm_time(input_gradient, c, w) + gemm_time(weight_gradient, c, w);
+    forward += gemm_time(g, c, w);
+  }
+  if (s.model.fused_attention()) {
+    const Dims d = dims_of(s);
+    backward += s.model.layers * gemm_time({d.S, d.S, d.dh, d.B * d.Hl}, c, w);
+  }
+  return (backward + forward * forward_passes(s)) * s.micro_batches;
+}
+
 // Element touches (reads + writes) of each element-wise pass, forward and backward; a backward
 // reads what its forward read and the incoming gradient and writes the outgoing one.
 double memory_bound_bytes(const StepShape& s) {
@@ -109,7 +126,12 @@ double memory_bound_bytes(const StepShape& s) {
   for (int l = 0; l < m.layers; ++l) {
     const double f0 = forward;
     pass(2, 3, w * X);       // LayerNorm 1: read x, write y | read x, dy, write dx
-    pass(2, 3, w * scores);  // scale, causal mask, softmax (fused) | its backward
+    if (s.model.fused_attention())
+      // FlashAttention-2 keeps the scores on chip: read q, k, v, write o and each row's
+      // log-sum-exp | read q, k, v, o, do, write dq, dk, dv.
+      pass(4, 8, w * d.N * d.hl);
+    else
+      pass(2, 3, w * scores);  // scale, causal mask, softmax (fused) | its backward
     pass(3, 3, w * X);       // bias + residual after the projection
     pass(2, 3, w * X);       // LayerNorm 2
     if (m.is_moe(l)) {
@@ -182,16 +204,7 @@ StepTime step_time(const StepShape& s, const Cluster& c) {
   // CPU nodes: ranks beyond the cores time-share them.
   const double ranks_on_node = std::min(s.layout.world_size(), c.devices_per_node);
   const double share = c.cores_per_node > 0 ? std::min(1.0, c.cores_per_node / ranks_on_node) : 1.0;
-  const double w = static_cast<double>(s.element_bytes);
-  double forward = 0;
-  for (const auto& g : forward_gemms(s)) {
-    // Backward: the input gradient [m, k] = dC B^T and the weight gradient [k, n] = A^T dC.
-    const GemmShape input_gradient{g.m, g.k, g.n, g.count};
-    const GemmShape weight_gradient{g.k, g.n, g.m, g.count};
-    t.gemm += gemm_time(input_gradient, c, w) + gemm_time(weight_gradient, c, w);
-    forward += gemm_time(g, c, w);
-  }
-  t.gemm = (t.gemm + forward * forward_passes(s)) * s.micro_batches / share;
+  t.gemm = gemm_seconds(s, c) / share;
   t.memory_bound = memory_bound_bytes(s) / c.memory_bandwidth / share;
   t.optimizer = optimizer_bytes(s) / c.memory_bandwidth / share;
   t.compute = t.gemm + t.memory_bound + t.optimizer;

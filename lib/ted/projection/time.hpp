@@ -52,6 +52,10 @@ std::vector<GemmShape> forward_gemms(const StepShape& shape);
 double step_flops(const StepShape& shape);
 // The time of one GEMM on a device of `cluster` with elements of `element_bytes`.
 double gemm_time(const GemmShape& gemm, const Cluster& cluster, double element_bytes);
+// The GEMM time of one step on one rank, all micro-batches, one device to itself: the forward
+// (twice with checkpointing), backward's input and weight gradients, and with fused attention
+// the scores Q K^T once more in backward (FlashAttention-2 recomputes them tile by tile).
+double gemm_seconds(const StepShape& shape, const Cluster& cluster);
 
 // Bytes the element-wise passes of one step move on one rank (reads + writes), and the bytes
 // of its optimizer step.
