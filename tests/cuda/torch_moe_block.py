@@ -13,7 +13,8 @@ experts' GEMM shape, as the C++ benchmark does with cuBLAS.
 Prints one CSV row (header first): size, dtype, device, ms per iteration, TFLOP/s, GEMM TFLOP/s.
 
 With --shape (what scripts/bench_vs_pytorch.sh runs) it is instead the whole one-block model of
-apps/bench_moe_block.cpp on the CPU in fp32: token + position embedding (vocab 256), this block,
+apps/bench_moe_block.cpp on the CPU in fp32, attention by PyTorch's fused causal
+scaled_dot_product_attention (--attention materialized: matmul + masked softmax): token + position embedding (vocab 256), this block,
 final LayerNorm, a 256-way LM head and the cross-entropy, forward + backward; it prints one line
 per timed iteration, "ms <milliseconds>", so a caller can interleave rounds with the C++ side.
 """
@@ -47,16 +48,19 @@ def make_params(h, E, dtype, device):
                 b2=const(0.0, E, 1, h))
 
 
-def block(x, p, heads, sequences, seq, experts, top_k, capacity_factor=1.0):
+def block(x, p, heads, sequences, seq, experts, top_k, capacity_factor=1.0, fused=False):
     n, h = x.shape
     d = h // heads
     ln1 = F.layer_norm(x, (h,), p["ln1_g"], p["ln1_b"], 1e-5)
     qkv = torch.addmm(p["qkv_b"], ln1, p["qkv_w"])
     q, k, v = qkv.view(sequences, seq, 3, heads, d).permute(2, 0, 3, 1, 4)
-    scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
-    mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
-    probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-    att = (probs @ v).transpose(1, 2).reshape(n, h)
+    if fused:  # PyTorch's own fused causal attention (its best eager path)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(n, h)
+    else:
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
+        probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        att = (probs @ v).transpose(1, 2).reshape(n, h)
     mid = torch.addmm(p["proj_b"], att, p["proj_w"]) + x
     ln2 = F.layer_norm(mid, (h,), p["ln2_g"], p["ln2_b"], 1e-5)
 
@@ -99,12 +103,12 @@ def block(x, p, heads, sequences, seq, experts, top_k, capacity_factor=1.0):
     return y + mid, aux, capacity
 
 
-def one_block_model(tokens, targets, p, heads, sequences, seq, experts, top_k):
+def one_block_model(tokens, targets, p, heads, sequences, seq, experts, top_k, fused):
     """bench_moe_block's model (apps/moe_block.hpp): embeddings, one MoE block, head, loss."""
     h = p["tok_emb"].shape[1]
     positions = torch.arange(seq, device=tokens.device).repeat(sequences)
     x = p["tok_emb"][tokens] + p["pos_emb"][positions]
-    y, aux, _ = block(x, p, heads, sequences, seq, experts, top_k)
+    y, aux, _ = block(x, p, heads, sequences, seq, experts, top_k, fused=fused)
     lnf = F.layer_norm(y, (h,), p["lnf_g"], p["lnf_b"], 1e-5)
     loss = F.cross_entropy(lnf @ p["lm_head"], targets)
     return loss + 0.01 * aux
@@ -125,7 +129,8 @@ def run_shape(args):
     targets = torch.randint(0, vocab, (n,))
 
     def step():
-        loss = one_block_model(tokens, targets, p, heads, sequences, seq, experts, top_k)
+        loss = one_block_model(tokens, targets, p, heads, sequences, seq, experts, top_k,
+                               args.attention == "fused")
         loss.backward()
         for value in p.values():
             value.grad = None
@@ -176,6 +181,9 @@ def main():
     parser.add_argument("--shape", help="h,heads,experts,top_k,sequences,seq: the CPU one-block "
                         "model of bench_moe_block, fp32, one 'ms' line per iteration")
     parser.add_argument("--threads", type=int, default=1, help="with --shape: torch threads")
+    parser.add_argument("--attention", default="fused", choices=["fused", "materialized"],
+                        help="with --shape: F.scaled_dot_product_attention (causal) or matmul + "
+                        "masked softmax, as model.attention on the C++ side")
     args = parser.parse_args()
     if args.shape:
         return run_shape(args)
