@@ -16,6 +16,17 @@ find_path(TED_CBLAS_INCLUDE_DIR cblas.h
 add_library(ted_cblas INTERFACE)
 target_link_libraries(ted_cblas INTERFACE BLAS::BLAS)
 target_include_directories(ted_cblas SYSTEM INTERFACE "${TED_CBLAS_INCLUDE_DIR}")
+# OpenBLAS can be told to run a call on one thread, so that the CPU kernels may run several
+# GEMMs side by side on their own threads (kernels/cpu/blas.hpp); another CBLAS goes without.
+include(CheckSymbolExists)
+set(CMAKE_REQUIRED_INCLUDES "${TED_CBLAS_INCLUDE_DIR}")
+set(CMAKE_REQUIRED_LIBRARIES BLAS::BLAS)
+check_symbol_exists(openblas_set_num_threads cblas.h TED_HAVE_OPENBLAS_THREADS)
+unset(CMAKE_REQUIRED_INCLUDES)
+unset(CMAKE_REQUIRED_LIBRARIES)
+if(TED_HAVE_OPENBLAS_THREADS)
+  target_compile_definitions(ted_cblas INTERFACE TED_HAVE_OPENBLAS_THREADS=1)
+endif()
 
 # Element-wise CPU kernels run on a small thread pool (lib/ted/core/parallel.hpp).
 find_package(Threads REQUIRED)

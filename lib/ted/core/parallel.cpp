@@ -91,18 +91,25 @@ int parallel_threads() {
   return pool().threads();
 }
 
+namespace {
+thread_local bool in_parallel = false;  // inside a chunk of a parallel_for: nested ones run inline
+}  // namespace
+
 void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
                   std::int64_t grain) {
   if (n <= 0) return;
   Pool& p = pool();
   auto chunks = static_cast<int>(std::min<std::int64_t>(p.threads(), (n + grain - 1) / grain));
-  if (chunks <= 1) {
+  if (chunks <= 1 || in_parallel) {
     body(0, n);
     return;
   }
   std::function<void(int)> chunk = [&](int c) {
     std::int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
+    const bool outer = in_parallel;
+    in_parallel = true;
     body(begin, end);
+    in_parallel = outer;
   };
   p.run(chunks, chunk);
 }

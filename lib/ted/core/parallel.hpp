@@ -13,7 +13,7 @@ namespace ted {
 
 int parallel_threads();
 // body(begin, end) on disjoint chunks covering [0, n). Chunks smaller than `grain` are not
-// split further (small loops run inline).
+// split further (small loops run inline); a parallel_for inside a chunk runs inline too.
 void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
                   std::int64_t grain = 4096);
 

@@ -422,12 +422,33 @@ class CpuOps final : public Ops<T> {
         b1c(b1, count_of<T>(experts, f)), w2c(w2, count_of<T>(experts, f) * h);
     Out<T> hid(hidden, blocks * R * f, false), a(act, blocks * R * f, false),
         o(out, blocks * R * h, false);
-    for (std::size_t b = 0; b < blocks; ++b) {
+    auto block = [&](std::size_t b) {
       const std::size_t le = b % static_cast<std::size_t>(experts);
       kc::linear_forward<C>(x + b * R * h, w1c + le * h * f, nullptr, hid + b * R * f, rows, h, f);
       kc::bias_gelu_forward<C>(hid + b * R * f, b1c + le * f, a + b * R * f, rows, f);
       kc::linear_forward<C>(a + b * R * f, w2c + le * f * h, nullptr, o + b * R * h, rows, f, h);
+    };
+    side_by_side(blocks, block);
+  }
+
+  // Runs work(i) for i in [0, n): with more than one thread and at least as many items as
+  // threads, whole items side by side on the pool, each item's GEMMs on its own thread (on 2
+  // cores, OpenBLAS threading one expert's capacity-row GEMM at a time gave 1.70x the one
+  // thread; experts side by side, more); else one after the other, BLAS threading each GEMM.
+  template <typename Work>
+  static void side_by_side(std::size_t n, Work&& work) {
+    const auto threads = static_cast<std::size_t>(parallel_threads());
+    if (kc::SingleThreadedBlas::available && threads > 1 && n >= threads) {
+      kc::SingleThreadedBlas one_thread_each;
+      parallel_for(
+          static_cast<std::int64_t>(n),
+          [&](std::int64_t first, std::int64_t last) {
+            for (std::int64_t i = first; i < last; ++i) work(static_cast<std::size_t>(i));
+          },
+          1);
+      return;
     }
+    for (std::size_t i = 0; i < n; ++i) work(i);
   }
 
   void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden, const T* act,
@@ -443,16 +464,20 @@ class CpuOps final : public Ops<T> {
     std::fill(static_cast<C*>(dx), static_cast<C*>(dx) + blocks * R * h, C(0));
     // The hidden layer's gradient, on the device (so the allocator sees it).
     Tensor<C> d_hidden(this->device(), blocks * R * f);
-    for (std::size_t b = 0; b < blocks; ++b) {
-      const std::size_t le = b % static_cast<std::size_t>(experts);
-      C* dh = d_hidden.data() + b * R * f;
-      std::fill(dh, dh + R * f, C(0));
-      kc::linear_backward<C>(a + b * R * f, w2c + le * f * h, dout + b * R * h, dh,
-                             dw2 + le * f * h, db2 + le * h, rows, f, h);
-      kc::gelu_bias_backward<C>(hid + b * R * f, dh, db1 + le * f, rows, f);
-      kc::linear_backward<C>(x + b * R * h, w1c + le * h * f, dh, dx + b * R * h, dw1 + le * h * f,
-                             nullptr, rows, h, f);
-    }
+    // A local expert's blocks (one per source rank) add into its weight gradients in source
+    // order, so the work items are the local experts.
+    auto expert = [&](std::size_t le) {
+      for (std::size_t b = le; b < blocks; b += static_cast<std::size_t>(experts)) {
+        C* dh = d_hidden.data() + b * R * f;
+        std::fill(dh, dh + R * f, C(0));
+        kc::linear_backward<C>(a + b * R * f, w2c + le * f * h, dout + b * R * h, dh,
+                               dw2 + le * f * h, db2 + le * h, rows, f, h);
+        kc::gelu_bias_backward<C>(hid + b * R * f, dh, db1 + le * f, rows, f);
+        kc::linear_backward<C>(x + b * R * h, w1c + le * h * f, dh, dx + b * R * h,
+                               dw1 + le * h * f, nullptr, rows, h, f);
+      }
+    };
+    side_by_side(static_cast<std::size_t>(experts), expert);
   }
 
   void scale_copy(const M* g, M* out, std::size_t count, M scale) override {

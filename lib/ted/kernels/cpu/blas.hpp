@@ -19,4 +19,30 @@ inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, 
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// Whole GEMMs side by side on the caller's threads: while a SingleThreadedBlas lives, every
+// BLAS call runs on the thread that makes it (OpenBLAS's thread count is set to 1 and restored
+// after). Only where that can be done (`available`); it must be created and destroyed on the
+// thread that makes the process's other BLAS calls, with no other BLAS call in flight.
+class SingleThreadedBlas {
+ public:
+#if defined(TED_HAVE_OPENBLAS_THREADS)
+  static constexpr bool available = true;
+  SingleThreadedBlas() : threads_(openblas_get_num_threads()) {
+    if (threads_ > 1) openblas_set_num_threads(1);
+  }
+  ~SingleThreadedBlas() {
+    if (threads_ > 1) openblas_set_num_threads(threads_);
+  }
+
+ private:
+  int threads_;
+#else
+  static constexpr bool available = false;
+  SingleThreadedBlas() = default;
+#endif
+ public:
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+};
+
 }  // namespace ted::kernels::cpu
