@@ -95,6 +95,10 @@ namespace {
 thread_local bool in_parallel = false;  // inside a chunk of a parallel_for: nested ones run inline
 }  // namespace
 
+bool in_parallel_region() {
+  return in_parallel;
+}
+
 void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
                   std::int64_t grain) {
   if (n <= 0) return;

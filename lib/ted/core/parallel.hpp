@@ -16,5 +16,7 @@ int parallel_threads();
 // split further (small loops run inline); a parallel_for inside a chunk runs inline too.
 void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
                   std::int64_t grain = 4096);
+// True on a thread running a chunk of a parallel_for.
+bool in_parallel_region();
 
 }  // namespace ted

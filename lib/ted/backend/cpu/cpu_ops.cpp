@@ -431,15 +431,14 @@ class CpuOps final : public Ops<T> {
     side_by_side(blocks, block);
   }
 
-  // Runs work(i) for i in [0, n): with more than one thread and at least as many items as
-  // threads, whole items side by side on the pool, each item's GEMMs on its own thread (on 2
-  // cores, OpenBLAS threading one expert's capacity-row GEMM at a time gave 1.70x the one
-  // thread; experts side by side, more); else one after the other, BLAS threading each GEMM.
+  // Runs work(i) for i in [0, n): when the pool threads the GEMMs (kernels/cpu/blas.hpp) and
+  // there are at least as many items as threads, whole items side by side, each item's GEMMs
+  // on its own thread (on 2 cores, splitting one expert's capacity-row GEMMs gave 1.70x the
+  // one thread, experts side by side 1.8-1.9x); else one after the other, each GEMM threaded.
   template <typename Work>
   static void side_by_side(std::size_t n, Work&& work) {
     const auto threads = static_cast<std::size_t>(parallel_threads());
-    if (kc::SingleThreadedBlas::available && threads > 1 && n >= threads) {
-      kc::SingleThreadedBlas one_thread_each;
+    if (kc::pool_threads_blas() && threads > 1 && n >= threads) {
       parallel_for(
           static_cast<std::int64_t>(n),
           [&](std::int64_t first, std::int64_t last) {

@@ -1,48 +1,55 @@
 // Row-major GEMM through CBLAS for float and double:
 //   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, op = transpose when the flag is set.
 // lda/ldb/ldc are row strides, so strided sub-matrices (one head of a QKV buffer) need no copy.
+//
+// Threads: with OpenBLAS and more than one pool thread (TED_NUM_THREADS), the suite's pool
+// threads the GEMMs itself: a large GEMM's output is cut into one block of rows (or columns)
+// per thread, each a one-thread BLAS call, and OpenBLAS is told to stay on one thread. So one
+// set of threads runs everything, GEMMs and element-wise kernels alike; OpenBLAS's own workers,
+// which spin for a while after each call, no longer take the cores the pool needs next. A GEMM
+// inside a parallel_for (the fused attention's tiles, experts side by side) runs on its thread.
+// Each element's k products are the same; OpenBLAS's kernels for the blocks' edges may add them
+// in another order, so results follow TED_NUM_THREADS by rounding, as they follow
+// OPENBLAS_NUM_THREADS when OpenBLAS splits.
+// With another CBLAS, or one pool thread, the BLAS threads its GEMMs as it is told
+// (OPENBLAS_NUM_THREADS and the like).
 #pragma once
 
 #include <cblas.h>
 
 namespace ted::kernels::cpu {
 
-inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-                 int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+// True when the pool threads the GEMMs (above); the first call settles it for the process.
+bool pool_threads_blas();
+
+namespace blas_detail {
+void split_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                int lda, const float* b, int ldb, float beta, float* c, int ldc);
+void split_gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a,
+                int lda, const double* b, int ldb, double beta, double* c, int ldc);
+}  // namespace blas_detail
+
+inline void gemm_here(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                      int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a,
-                 int lda, const double* b, int ldb, double beta, double* c, int ldc) {
+inline void gemm_here(bool trans_a, bool trans_b, int m, int n, int k, double alpha,
+                      const double* a, int lda, const double* b, int ldb, double beta, double* c,
+                      int ldc) {
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// Whole GEMMs side by side on the caller's threads: while a SingleThreadedBlas lives, every
-// BLAS call runs on the thread that makes it (OpenBLAS's thread count is set to 1 and restored
-// after). Only where that can be done (`available`); it must be created and destroyed on the
-// thread that makes the process's other BLAS calls, with no other BLAS call in flight.
-class SingleThreadedBlas {
- public:
-#if defined(TED_HAVE_OPENBLAS_THREADS)
-  static constexpr bool available = true;
-  SingleThreadedBlas() : threads_(openblas_get_num_threads()) {
-    if (threads_ > 1) openblas_set_num_threads(1);
-  }
-  ~SingleThreadedBlas() {
-    if (threads_ > 1) openblas_set_num_threads(threads_);
-  }
+inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                 int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  blas_detail::split_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
- private:
-  int threads_;
-#else
-  static constexpr bool available = false;
-  SingleThreadedBlas() = default;
-#endif
- public:
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-};
+inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a,
+                 int lda, const double* b, int ldb, double beta, double* c, int ldc) {
+  blas_detail::split_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 }  // namespace ted::kernels::cpu

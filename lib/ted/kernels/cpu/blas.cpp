@@ -1,0 +1,75 @@
+#include "ted/kernels/cpu/blas.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ted/core/parallel.hpp"
+
+namespace ted::kernels::cpu {
+
+bool pool_threads_blas() {
+#if defined(TED_HAVE_OPENBLAS_THREADS)
+  static const bool settled = [] {
+    if (parallel_threads() <= 1) return false;
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  return settled;
+#else
+  return false;
+#endif
+}
+
+namespace blas_detail {
+namespace {
+
+// Below this many multiply-adds a GEMM is not worth a wake-up of the pool (OpenBLAS's own
+// threshold for threading is the same, 2^18).
+constexpr std::int64_t kSplitWork = std::int64_t(1) << 18;
+constexpr int kMinBlock = 32;  // rows or columns per thread at least
+
+template <typename T>
+void split(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb,
+           T beta, T* c, int ldc) {
+  const int threads = parallel_threads();
+  const auto work = static_cast<std::int64_t>(m) * n * k;
+  if (!pool_threads_blas() || in_parallel_region() || work < kSplitWork ||
+      std::max(m, n) < 2 * kMinBlock) {
+    gemm_here(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (m >= n || m >= threads * kMinBlock) {  // blocks of rows of C and of op(A)
+    parallel_for(
+        m,
+        [&](std::int64_t first, std::int64_t last) {
+          const T* a_rows = ta ? a + first : a + first * lda;
+          gemm_here(ta, tb, static_cast<int>(last - first), n, k, alpha, a_rows, lda, b, ldb, beta,
+                    c + first * ldc, ldc);
+        },
+        kMinBlock);
+  } else {  // blocks of columns of C and of op(B)
+    parallel_for(
+        n,
+        [&](std::int64_t first, std::int64_t last) {
+          const T* b_cols = tb ? b + first * ldb : b + first;
+          gemm_here(ta, tb, m, static_cast<int>(last - first), k, alpha, a, lda, b_cols, ldb, beta,
+                    c + first, ldc);
+        },
+        kMinBlock);
+  }
+}
+
+}  // namespace
+
+void split_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  split(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void split_gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a,
+                int lda, const double* b, int ldb, double beta, double* c, int ldc) {
+  split(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace blas_detail
+}  // namespace ted::kernels::cpu
