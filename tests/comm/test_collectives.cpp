@@ -1,12 +1,16 @@
 // Every collective of the communication layer, on every group kind of every layout of the
 // launched rank count, for every element type, with odd and zero sizes and ragged
 // all-to-all-v splits; each result checked element by element and each call's ledger entry
-// checked against the byte formula of ledger.hpp. Runs on the backend given by --backend.
+// checked against the byte formula of ledger.hpp; the nonblocking all-to-all against the
+// blocking one. Runs on the backend given by --backend.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstddef>
+#include <memory>
 #include <numeric>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "comm/test_env.hpp"
@@ -196,6 +200,194 @@ void exercise(ted::Communicator& comm, DataType dtype, std::size_t chunk) {
   comm.set_ledger(nullptr);
 }
 
+// What rank `me` of `n` receives from all_to_all when rank r's send element i is
+// value(r + shift, i): block p holds block `me` of rank p's send buffer.
+std::vector<double> all_to_all_expected(int n, int me, std::size_t chunk, DataType dtype,
+                                        int shift) {
+  std::vector<double> expected(static_cast<std::size_t>(n) * chunk);
+  for (int p = 0; p < n; ++p)
+    for (std::size_t k = 0; k < chunk; ++k)
+      expected[static_cast<std::size_t>(p) * chunk + k] =
+          value(p + shift, static_cast<std::size_t>(me) * chunk + k, dtype);
+  return expected;
+}
+
+void fill_send(Buffer& b, int rank) {
+  for (std::size_t i = 0; i < b.elements; ++i) b.set(i, value(rank, i, b.dtype));
+  b.upload();
+}
+
+// A started all-to-all's entry has the blocking call's op, group and bytes.
+void check_like_blocking(const ted::LedgerEntry& e, const ted::LedgerEntry& blocking) {
+  CHECK(e.op == CollectiveOp::all_to_all);
+  CHECK(e.group == blocking.group);
+  CHECK(e.group_size == blocking.group_size);
+  CHECK(e.dtype == blocking.dtype);
+  CHECK(e.bytes_sent == blocking.bytes_sent);
+  CHECK(e.bytes_recv == blocking.bytes_recv);
+  CHECK(e.seconds >= 0);
+}
+
+// Work unrelated to a started collective, as the MoE layer's expert compute will be: device
+// fills of a scratch buffer and host arithmetic, with progress() calls in between. Checks its
+// own results, so a transfer that wrote where it should not is caught too.
+void local_work(ted::PendingCollective& pending) {
+  Buffer scratch(1000, DataType::f32);
+  double sum = 0;
+  for (int step = 0; step < 8; ++step) {
+    ted::test::device().fill(scratch.data(), scratch.elements, DataType::f32, step);
+    for (int i = 0; i < 20000; ++i) sum += (i % 7) * 0.5;
+    pending.progress();
+  }
+  CHECK(sum == 8 * 29998.5);  // eight times the sum over i < 20000 of (i % 7) / 2
+  scratch.download();
+  CHECK(count_wrong(scratch, std::vector<double>(scratch.elements, 7.0)) == 0);
+}
+
+// all_to_all_start against the blocking all_to_all on `comm`: alone with work and progress()
+// before the wait, two outstanding at once, one destroyed without a wait, and one whose send
+// buffer is written and receive buffer read by device work queued around it. Collective over
+// comm.
+void exercise_started_all_to_all(ted::Communicator& comm, DataType dtype, std::size_t chunk) {
+  const int n = comm.size();
+  const int me = comm.rank();
+  const std::size_t total = static_cast<std::size_t>(n) * chunk;
+  const std::size_t w = ted::dtype_size(dtype);
+  ted::Ledger ledger;
+  ledger.set_keep_entries(true);
+  comm.set_ledger(&ledger);
+
+  // Two send buffers with different data (value(r + 3, i) differs from value(r, i) everywhere),
+  // so results that trade places are caught.
+  Buffer send(total, dtype), other(total, dtype);
+  fill_send(send, me);
+  fill_send(other, me + 3);
+  const auto expected = all_to_all_expected(n, me, chunk, dtype, 0);
+  const auto expected_other = all_to_all_expected(n, me, chunk, dtype, 3);
+
+  Buffer blocking(total, dtype);
+  poison(blocking);
+  comm.all_to_all(send.data(), blocking.data(), chunk, dtype);
+  blocking.download();
+  REQUIRE(count_wrong(blocking, expected) == 0);
+  REQUIRE(ledger.entries().size() == 1);
+  const ted::LedgerEntry reference = ledger.entries().back();
+  CHECK(reference.bytes_sent == total * w);
+
+  {  // alone: work and progress() between start and wait
+    Buffer recv(total, dtype);
+    poison(recv);
+    auto pending = comm.all_to_all_start(send.data(), recv.data(), chunk, dtype);
+    CHECK(ledger.entries().size() == 1);  // recorded when it finishes, not when it starts
+    local_work(*pending);
+    pending->wait();
+    pending->wait();  // a second wait does nothing and records nothing
+    recv.download();
+    std::size_t unlike_blocking = 0;
+    for (std::size_t i = 0; i < total; ++i)
+      if (recv.get(i) != blocking.get(i)) ++unlike_blocking;
+    CHECK(unlike_blocking == 0);
+    REQUIRE(ledger.entries().size() == 2);
+    check_like_blocking(ledger.entries().back(), reference);
+  }
+  {  // two outstanding at once, finished in the other order than started
+    Buffer recv(total, dtype), recv_other(total, dtype);
+    poison(recv);
+    poison(recv_other);
+    auto first = comm.all_to_all_start(send.data(), recv.data(), chunk, dtype);
+    auto second = comm.all_to_all_start(other.data(), recv_other.data(), chunk, dtype);
+    local_work(*first);
+    second->progress();
+    second->wait();
+    first->wait();
+    recv.download();
+    recv_other.download();
+    CHECK(count_wrong(recv, expected) == 0);
+    CHECK(count_wrong(recv_other, expected_other) == 0);
+    REQUIRE(ledger.entries().size() == 4);
+    check_like_blocking(ledger.entries()[2], reference);
+    check_like_blocking(ledger.entries()[3], reference);
+  }
+  {  // destroyed without a wait: the destructor finishes it, and it is still recorded once
+    Buffer recv(total, dtype);
+    poison(recv);
+    {
+      auto pending = comm.all_to_all_start(other.data(), recv.data(), chunk, dtype);
+      pending->progress();
+    }
+    recv.download();
+    CHECK(count_wrong(recv, expected_other) == 0);
+    REQUIRE(ledger.entries().size() == 5);
+    check_like_blocking(ledger.entries().back(), reference);
+  }
+  const auto& t = ledger.total(CollectiveOp::all_to_all, comm.group());
+  CHECK(t.calls == 5);
+  CHECK(t.bytes_sent == 5 * reference.bytes_sent);
+  CHECK(t.bytes_recv == 5 * reference.bytes_recv);
+
+  // Without a ledger (so nothing blocks the host on NCCL either): the send buffer is written by
+  // a device fill queued just before the start and the result read by a device copy queued
+  // just after the wait, so both must be ordered with the device's own work.
+  comm.set_ledger(nullptr);
+  {
+    Buffer filled(total, dtype), recv(total, dtype), copy(total, dtype);
+    poison(filled);
+    poison(recv);
+    poison(copy);
+    ted::test::device().fill(filled.data(), total, dtype, me + 1);
+    auto pending = comm.all_to_all_start(filled.data(), recv.data(), chunk, dtype);
+    pending->wait();
+    ted::test::device().copy(copy.data(), recv.data(), total * w);
+    copy.download();
+    std::vector<double> from_rank(total);
+    for (std::size_t i = 0; i < total; ++i) from_rank[i] = static_cast<double>(i / chunk + 1);
+    CHECK(count_wrong(copy, from_rank) == 0);
+  }
+  CHECK(ledger.entries().size() == 5);
+}
+
+// A communicator that keeps the default do_all_to_all_start (the blocking call at the start),
+// as a backend without a nonblocking all-to-all would: every other call goes to `inner`.
+class BlockingOnlyCommunicator final : public ted::Communicator {
+ public:
+  explicit BlockingOnlyCommunicator(std::unique_ptr<ted::Communicator> inner)
+      : Communicator(inner->group(), inner->rank(), inner->size(), nullptr),
+        inner_(std::move(inner)) {}
+  ted::CommBackend backend() const override { return inner_->backend(); }
+  std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const override {
+    return std::make_unique<BlockingOnlyCommunicator>(inner_->split(color, key, group));
+  }
+  void synchronize() override { inner_->synchronize(); }
+
+ protected:
+  void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                     ted::ReduceOp op) override {
+    inner_->all_reduce(send, recv, count, dtype, op);
+  }
+  void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override {
+    inner_->all_gather(send, recv, count, dtype);
+  }
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override {
+    inner_->reduce_scatter(send, recv, count, dtype);
+  }
+  void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override {
+    inner_->all_to_all(send, recv, count, dtype);
+  }
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                       std::span<const std::size_t> recv_counts, DataType dtype) override {
+    inner_->all_to_all_v(send, send_counts, recv, recv_counts, dtype);
+  }
+  void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override {
+    inner_->broadcast(buffer, count, dtype, root);
+  }
+  void do_barrier() override { inner_->barrier(); }
+
+ private:
+  std::unique_ptr<ted::Communicator> inner_;
+};
+
+const std::size_t kStartedChunks[] = {0, 1, 7, 33, 4099};  // 4099: beyond MPI's eager sizes
+
 }  // namespace
 
 TEST_CASE("every collective on every group kind of every layout, checked element by element") {
@@ -264,6 +456,10 @@ TEST_CASE("bad arguments throw on every rank before anything is sent") {
                     Catch::Matchers::Contains("overlap"));
   CHECK_THROWS_WITH(world.all_reduce(nullptr, b.data(), 4, DataType::f32),
                     Catch::Matchers::Contains("null"));
+  CHECK_THROWS_WITH(world.all_to_all_start(a.data(), a.data(), 4, DataType::f32),
+                    Catch::Matchers::Contains("overlap"));
+  CHECK_THROWS_WITH(world.all_to_all_start(nullptr, b.data(), 4, DataType::f32),
+                    Catch::Matchers::Contains("null"));
   world.barrier();  // everyone is still in step
 }
 
@@ -303,4 +499,67 @@ TEST_CASE("split by any color and key") {
   all.download();
   for (int i = 1; i < half->size(); ++i) CHECK(all.get(i) == all.get(i - 1) - 2);
   CHECK(all.get(static_cast<std::size_t>(half->rank())) == world.rank());
+}
+
+TEST_CASE("a started all-to-all gives the blocking result, two at once included, recorded once") {
+  auto& world = ted::test::world();
+  // Even and odd ranks: a group that is not the world, with ranks in a different order.
+  auto half = world.split(world.rank() % 2, -world.rank(), GroupKind::custom);
+  for (ted::Communicator* comm : {&world, half.get()}) {
+    for (DataType dtype : kTypes) {
+      for (std::size_t chunk : kStartedChunks) {
+        INFO(ted::to_string(comm->group())
+             << " group of " << comm->size() << ", " << ted::to_string(dtype) << ", chunk " << chunk
+             << ", rank " << world.rank());
+        exercise_started_all_to_all(*comm, dtype, chunk);
+      }
+    }
+  }
+}
+
+TEST_CASE("the default all_to_all_start of a backend without one runs the blocking call") {
+  auto& world = ted::test::world();
+  BlockingOnlyCommunicator comm(world.split(0, world.rank(), GroupKind::custom));
+  for (DataType dtype : {DataType::f32, DataType::bf16, DataType::i64}) {
+    for (std::size_t chunk : kStartedChunks) {
+      INFO(ted::to_string(dtype) << ", chunk " << chunk << ", rank " << world.rank());
+      exercise_started_all_to_all(comm, dtype, chunk);
+    }
+  }
+}
+
+TEST_CASE("a started all-to-all records the time it blocked, not the time it was in flight") {
+  auto& world = ted::test::world();
+  auto& control = ted::test::control();
+  const std::size_t chunk = 16;
+  const auto total = static_cast<std::size_t>(world.size()) * chunk;
+  Buffer send(total, DataType::f32), recv(total, DataType::f32);
+  fill_send(send, world.rank());
+  ted::Ledger ledger;
+  ledger.set_keep_entries(true);
+  world.set_ledger(&ledger);
+  using namespace std::chrono_literals;
+
+  // In flight 300 ms while this rank sleeps (its "compute"), then waited for: everyone has
+  // started long before anyone waits, so little of the 300 ms is exposed.
+  control.barrier();
+  auto pending = world.all_to_all_start(send.data(), recv.data(), chunk, DataType::f32);
+  std::this_thread::sleep_for(300ms);
+  pending->wait();
+  REQUIRE(ledger.entries().size() == 1);
+  CHECK(ledger.entries().back().seconds < 0.2);
+
+  // Rank 0 starts 300 ms late: every other rank waits for its data, in wait(), and that counts.
+  if (world.size() > 1) {
+    control.barrier();
+    if (world.rank() == 0) std::this_thread::sleep_for(300ms);
+    pending = world.all_to_all_start(send.data(), recv.data(), chunk, DataType::f32);
+    pending->wait();
+    REQUIRE(ledger.entries().size() == 2);
+    if (world.rank() != 0) CHECK(ledger.entries().back().seconds > 0.2);
+  }
+  recv.download();
+  CHECK(count_wrong(recv,
+                    all_to_all_expected(world.size(), world.rank(), chunk, DataType::f32, 0)) == 0);
+  world.set_ledger(nullptr);
 }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "ted/core/error.hpp"
 
@@ -44,7 +45,54 @@ void check_buffers(const void* send, std::size_t send_bytes, const void* recv,
     throw Error(where(op, group) + ": send and receive buffers overlap");
 }
 
+// What the default do_all_to_all_start returns: the transfer ran in the start call.
+class FinishedCollective final : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
+// A backend's pending collective with its ledger entry: the entry comes with the seconds spent
+// in the start call, wait() adds its own, and the entry is written once, after the backend's
+// wait() has returned (also when it is destroyed without a wait).
+class RecordedCollective final : public PendingCollective {
+ public:
+  RecordedCollective(std::unique_ptr<PendingCollective> pending, Ledger& ledger, LedgerEntry entry)
+      : pending_(std::move(pending)), ledger_(ledger), entry_(entry) {}
+  ~RecordedCollective() override {
+    try {
+      wait();
+    } catch (...) {  // a destructor must not throw; the backend's own destructor waits again
+    }
+  }
+
+  void wait() override {
+    if (finished_) return;
+    finished_ = true;  // a wait that threw is not repeated by the destructor
+    auto start = std::chrono::steady_clock::now();
+    pending_->wait();
+    std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    entry_.seconds += elapsed.count();
+    ledger_.record(entry_);
+  }
+  void progress() override {
+    if (!finished_) pending_->progress();
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> pending_;
+  Ledger& ledger_;
+  LedgerEntry entry_;
+  bool finished_ = false;
+};
+
 }  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::do_all_to_all_start(const void* send, void* recv,
+                                                                     std::size_t count,
+                                                                     DataType dtype) {
+  do_all_to_all(send, recv, count, dtype);
+  return std::make_unique<FinishedCollective>();
+}
 
 template <typename Call>
 void Communicator::recorded(CollectiveOp op, DataType dtype, std::uint64_t sent,
@@ -92,6 +140,23 @@ void Communicator::all_to_all(const void* send, void* recv, std::size_t count_pe
   check_buffers(send, total, recv, total, false, "all_to_all", group_);
   recorded(CollectiveOp::all_to_all, dtype, total, total,
            [&] { do_all_to_all(send, recv, count_per_peer, dtype); });
+}
+
+std::unique_ptr<PendingCollective> Communicator::all_to_all_start(const void* send, void* recv,
+                                                                  std::size_t count_per_peer,
+                                                                  DataType dtype) {
+  std::size_t total = count_per_peer * dtype_size(dtype) * static_cast<std::size_t>(size_);
+  check_buffers(send, total, recv, total, false, "all_to_all", group_);
+  if (!ledger_ || !ledger_->enabled())
+    return do_all_to_all_start(send, recv, count_per_peer, dtype);
+  // Unlike recorded(), no synchronize() here: waiting for the stream would end the overlap
+  // before it began. The time of the start call is only that of issuing the transfer.
+  auto start = std::chrono::steady_clock::now();
+  auto pending = do_all_to_all_start(send, recv, count_per_peer, dtype);
+  std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  return std::make_unique<RecordedCollective>(
+      std::move(pending), *ledger_,
+      LedgerEntry{CollectiveOp::all_to_all, group_, size_, dtype, total, total, elapsed.count()});
 }
 
 void Communicator::all_to_all_v(const void* send, std::span<const std::size_t> send_counts,

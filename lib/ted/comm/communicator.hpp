@@ -10,6 +10,13 @@
 // are elements.
 // all_reduce and broadcast may work in place (send == recv); the others need disjoint buffers.
 // all_to_all_v blocks are packed in rank order: block p starts at the sum of the counts before p.
+//
+// all_to_all_start is the nonblocking all-to-all: it returns at once with the transfer under
+// way, so the caller can compute (the MoE layer's next chunk of experts) while it moves. Until
+// wait() the send buffer must stay valid and unwritten and the receive buffer unread and
+// unwritten (on NCCL: no work queued on the device that touches either). Ranks must start their
+// collectives on one communicator in the same order, as for the blocking calls; several may be
+// outstanding at once. A pending collective must not outlive its communicator or its ledger.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +34,17 @@ enum class ReduceOp { sum, max, min };
 
 std::string_view to_string(CommBackend backend);
 CommBackend parse_comm_backend(std::string_view name);  // "mpi" or "nccl"; ConfigError otherwise
+
+// A collective started by a *_start call and not finished yet. wait() returns once this rank's
+// part is done and the receive buffer holds the result (on NCCL: once the device's compute
+// stream is ordered after it). progress() lets an MPI transfer move on while the caller computes;
+// a no-op where transfers move by themselves. Destroying an unfinished one waits for it.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+  virtual void progress() {}
+};
 
 class Communicator {
  public:
@@ -52,6 +70,16 @@ class Communicator {
   void all_gather(const void* send, void* recv, std::size_t count_per_rank, DataType dtype);
   void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DataType dtype);
   void all_to_all(const void* send, void* recv, std::size_t count_per_peer, DataType dtype);
+  // The nonblocking all_to_all (see the top of this file), checked like all_to_all. The ledger
+  // gets one all_to_all entry with all_to_all's bytes, written when the pending collective
+  // finishes (at wait() or when it is destroyed). Its time is the exposed time: how long this
+  // rank was blocked in this call plus in wait(), not how long the transfer was in flight. On
+  // NCCL, where wait() only orders the device's stream after the transfer, a recording ledger
+  // makes wait() also block the host until the transfer is done, so the time is the part of the
+  // transfer still running when the host reached wait() (it never waits for work queued after
+  // the start).
+  std::unique_ptr<PendingCollective> all_to_all_start(const void* send, void* recv,
+                                                      std::size_t count_per_peer, DataType dtype);
   void all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
                     std::span<const std::size_t> recv_counts, DataType dtype);
   void broadcast(void* buffer, std::size_t count, DataType dtype, int root);
@@ -95,6 +123,11 @@ class Communicator {
   virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count,
                                  DataType dtype) = 0;
   virtual void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) = 0;
+  // Starts the transfer and returns it unfinished. The default runs the blocking do_all_to_all
+  // here and returns a collective with nothing left to wait for: correct on any backend, but
+  // with no overlap.
+  virtual std::unique_ptr<PendingCollective> do_all_to_all_start(const void* send, void* recv,
+                                                                 std::size_t count, DataType dtype);
   virtual void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
                                void* recv, std::span<const std::size_t> recv_counts,
                                DataType dtype) = 0;

@@ -13,6 +13,13 @@
 //   barrier                        sent = 0                  recv = 0
 // The block a rank keeps for itself (all_to_all, all_gather) is counted, so DTD's slicing
 // divides the all-to-all bytes by exactly T.
+//
+// Times are this rank's wall time in the call; for the blocking calls on NCCL that includes
+// waiting for the stream, so it is the collective's time and not that of queueing it. A
+// nonblocking all-to-all (Communicator::all_to_all_start) is one all_to_all entry, with the
+// blocking call's bytes, written when it finishes; its time is the exposed time, what this rank
+// spent blocked in the start call plus in wait(), not the time the transfer was in flight
+// (which overlaps the caller's compute).
 #pragma once
 
 #include <array>
@@ -54,7 +61,7 @@ struct LedgerEntry {
   DataType dtype;
   std::uint64_t bytes_sent;
   std::uint64_t bytes_recv;
-  double seconds;  // wall time of the call on this rank
+  double seconds;  // wall time of the call on this rank (exposed time if nonblocking)
 };
 
 // Bytes this call puts on the links per rank, as nccl-tests defines bus bandwidth: the logical

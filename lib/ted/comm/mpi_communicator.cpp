@@ -86,6 +86,32 @@ const SixteenBitOps& sixteen_bit_ops() {
   return ops;
 }
 
+// One MPI request in flight. MPI is initialised for one thread's calls (MPI_THREAD_FUNNELED)
+// and many MPI libraries move a nonblocking transfer only inside MPI calls, so progress() is an
+// MPI_Test on the caller's thread rather than a progress thread. MPI_Wait and a successful
+// MPI_Test set the request to MPI_REQUEST_NULL, which marks it finished.
+class MpiPendingRequest final : public PendingCollective {
+ public:
+  explicit MpiPendingRequest(MPI_Request request) : request_(request) {}
+  ~MpiPendingRequest() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+  void wait() override {
+    if (request_ != MPI_REQUEST_NULL) TED_CHECK_MPI(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+  }
+  void progress() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    int done = 0;
+    TED_CHECK_MPI(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+  }
+
+ private:
+  MPI_Request request_;
+};
+
 }  // namespace
 
 int mpi_comm_rank(MPI_Comm comm) {
@@ -183,6 +209,18 @@ void MpiCommunicator::do_all_to_all(const void* send, void* recv, std::size_t co
   int n = as_mpi_count(count, "all_to_all");
   as_mpi_count(count * static_cast<std::size_t>(size()), "all_to_all");
   TED_CHECK_MPI(MPI_Alltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_));
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::do_all_to_all_start(const void* send,
+                                                                        void* recv,
+                                                                        std::size_t count,
+                                                                        DataType dtype) {
+  int n = as_mpi_count(count, "all_to_all");
+  as_mpi_count(count * static_cast<std::size_t>(size()), "all_to_all");
+  MPI_Request request = MPI_REQUEST_NULL;
+  TED_CHECK_MPI(
+      MPI_Ialltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_, &request));
+  return std::make_unique<MpiPendingRequest>(request);
 }
 
 void MpiCommunicator::do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,

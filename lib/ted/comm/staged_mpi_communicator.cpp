@@ -1,10 +1,73 @@
 #include "ted/comm/staged_mpi_communicator.hpp"
 
 #include <numeric>
+#include <utility>
 
 #include "ted/core/error.hpp"
 
 namespace ted {
+namespace {
+
+// Host memory of a device (pinned on a GPU), freed with it.
+class HostBuffer {
+ public:
+  HostBuffer(Device& device, std::size_t bytes)
+      : device_(device), data_(device.allocate_host(bytes)) {}
+  ~HostBuffer() { device_.deallocate_host(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() { return data_; }
+
+ private:
+  Device& device_;
+  void* data_;
+};
+
+// A staged all-to-all in flight: the MPI transfer between two host buffers it owns, and the
+// device buffer the result goes to once the transfer is done.
+class StagedPendingAllToAll final : public PendingCollective {
+ public:
+  StagedPendingAllToAll(Device& device, std::size_t bytes, void* device_recv)
+      : device_(device),
+        bytes_(bytes),
+        device_recv_(device_recv),
+        host_send_(device, bytes),
+        host_recv_(device, bytes) {}
+  ~StagedPendingAllToAll() override {
+    try {
+      wait();
+    } catch (...) {  // a destructor must not throw
+    }
+  }
+
+  void* host_send() { return host_send_.data(); }
+  void* host_recv() { return host_recv_.data(); }
+  void set_transfer(std::unique_ptr<PendingCollective> transfer) {
+    transfer_ = std::move(transfer);
+  }
+
+  void wait() override {
+    if (finished_ || !transfer_) return;
+    finished_ = true;  // a wait that threw is not repeated by the destructor
+    transfer_->wait();
+    device_.copy_from_host(device_recv_, host_recv_.data(), bytes_);
+  }
+  void progress() override {
+    if (!finished_ && transfer_) transfer_->progress();
+  }
+
+ private:
+  Device& device_;
+  std::size_t bytes_;
+  void* device_recv_;
+  HostBuffer host_send_;
+  HostBuffer host_recv_;
+  // Declared after the buffers, so it is destroyed (and its transfer waited for) before them.
+  std::unique_ptr<PendingCollective> transfer_;
+  bool finished_ = false;
+};
+
+}  // namespace
 
 StagedMpiCommunicator::StagedMpiCommunicator(MPI_Comm comm, GroupKind group, Ledger* ledger,
                                              Device& device)
@@ -75,6 +138,18 @@ void StagedMpiCommunicator::do_all_to_all(const void* send, void* recv, std::siz
   void* host_recv = staging(recv_, total);
   host_.all_to_all(host_send, host_recv, count, dtype);
   device_.copy_from_host(recv, host_recv, total);
+}
+
+std::unique_ptr<PendingCollective> StagedMpiCommunicator::do_all_to_all_start(const void* send,
+                                                                              void* recv,
+                                                                              std::size_t count,
+                                                                              DataType dtype) {
+  const std::size_t total = count * dtype_size(dtype) * static_cast<std::size_t>(size());
+  auto pending = std::make_unique<StagedPendingAllToAll>(device_, total, recv);
+  device_.copy_to_host(pending->host_send(), send, total);  // waits for the device's queued work
+  pending->set_transfer(
+      host_.all_to_all_start(pending->host_send(), pending->host_recv(), count, dtype));
+  return pending;
 }
 
 void StagedMpiCommunicator::do_all_to_all_v(const void* send,

@@ -32,6 +32,13 @@ class StagedMpiCommunicator final : public Communicator {
   void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override;
   void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  // Copies the send buffer to host memory and starts MPI_Ialltoall there; wait() finishes the
+  // transfer and copies the result to the device. The host buffers belong to the pending
+  // collective (fresh ones per start, since several may be in flight), not to the staging
+  // buffers below, which the blocking calls reuse.
+  std::unique_ptr<PendingCollective> do_all_to_all_start(const void* send, void* recv,
+                                                         std::size_t count,
+                                                         DataType dtype) override;
   void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
                        std::span<const std::size_t> recv_counts, DataType dtype) override;
   void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override;

@@ -1,6 +1,12 @@
 // The NCCL backend: collectives on GPU memory, queued on the device's stream. Each NCCL
 // communicator mirrors an MPI communicator of the same ranks: groups are made by MPI_Comm_split
 // and the NCCL unique id is broadcast over MPI. Compiled only when NCCL is found.
+//
+// The blocking collectives run on the device's (compute) stream. A started all-to-all runs on a
+// second stream each communicator owns, so it moves while the compute stream runs the caller's
+// kernels: the communication stream first waits for what the compute stream had queued before
+// the start (the send buffer's producer), and wait() makes the compute stream wait for the
+// transfer, without blocking the host.
 #pragma once
 
 #include <mpi.h>
@@ -22,6 +28,7 @@ class NcclCommunicator final : public Communicator {
 
   CommBackend backend() const override { return CommBackend::nccl; }
   std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const override;
+  // Waits for both streams: the blocking collectives and any started all-to-all.
   void synchronize() override;
 
  protected:
@@ -30,15 +37,23 @@ class NcclCommunicator final : public Communicator {
   void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override;
   void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  std::unique_ptr<PendingCollective> do_all_to_all_start(const void* send, void* recv,
+                                                         std::size_t count,
+                                                         DataType dtype) override;
   void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
                        std::span<const std::size_t> recv_counts, DataType dtype) override;
   void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override;
   void do_barrier() override;
 
  private:
+  // The grouped send/recv of an all-to-all, queued on `stream`.
+  void issue_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype,
+                        cudaStream_t stream);
+
   MPI_Comm mpi_comm_;
   Device& device_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;                 // the device's stream: blocking collectives, compute
+  cudaStream_t comm_stream_ = nullptr;  // started all-to-alls
   ncclComm_t comm_ = nullptr;
 };
 
