@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   int steps = 0, tensor = 0, expert = 0, data = 0;
   std::int64_t tile = 0;
+  int overlap = 1;
   std::string csv_path, backend, dtype, comm;
   ted::CheckMode check;
   // Every option is a --set of one key, so the config's rules judge it (a negative --steps is
@@ -89,6 +90,9 @@ int main(int argc, char** argv) {
   app.add_option("--ep", expert, "expert-parallel size Ep (parallel.ep)");
   app.add_option("--dp", data, "data-parallel size D (parallel.dp; 0: ranks / (T * Ep))");
   app.add_option("--tile", tile, "tiled optimizer step: elements per tile (parallel.tile_elems)");
+  app.add_option("--overlap", overlap,
+                 "the MoE exchange in N chunks, overlapping all-to-alls and experts "
+                 "(parallel.overlap; 1: off)");
   for (auto& flag : flags) app.add_flag(flag.name, flag.value, flag.help);
   app.add_option("--backend", backend, "cpu or cuda (run.backend)");
   app.add_option("--dtype", dtype, "fp32, bf16 or fp16 (run.dtype; 16-bit: fp32 masters)");
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
         if (given("--ep")) overrides.push_back("parallel.ep=" + std::to_string(expert));
         if (given("--dp")) overrides.push_back("parallel.dp=" + std::to_string(data));
         if (given("--tile")) overrides.push_back("parallel.tile_elems=" + std::to_string(tile));
+        if (given("--overlap")) overrides.push_back("parallel.overlap=" + std::to_string(overlap));
         for (const auto& flag : flags)
           if (flag.value) overrides.push_back(flag.assignment);
         if (given("--backend")) overrides.push_back("run.backend=" + backend);
@@ -188,10 +193,10 @@ int main(int argc, char** argv) {
                       m.checkpoint ? "on" : "off");
           std::printf(
               "# layout %s on %d ranks; dtd %s (capacity padded to a multiple of T), cac %s, "
-              "reduce-scatter %s, zero-1 %s, optimizer tile %lld\n",
+              "reduce-scatter %s, zero-1 %s, optimizer tile %lld, overlap %d\n",
               layout.to_string().c_str(), mpi.world_size(), on_off(parallel.dtd),
               on_off(parallel.cac), on_off(parallel.reduce_scatter), on_off(parallel.zero1),
-              static_cast<long long>(parallel.tile_elems));
+              static_cast<long long>(parallel.tile_elems), parallel.overlap);
           std::printf("# backend %s on %s, %s%s, device buffers over %s\n",
                       config.run.backend.c_str(), base->name().c_str(), config.run.dtype.c_str(),
                       config.run.dtype == "fp32" ? "" : " (fp32 masters, gradients and Adam state)",

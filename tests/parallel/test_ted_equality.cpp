@@ -659,3 +659,95 @@ TEST_CASE("the memory model matches the allocator's peaks within 5%") {
     }
   }
 }
+
+// Overlap (parallel.overlap = N): the MoE exchange in N chunks along the sent capacity, each
+// chunk's experts running while the next chunk's all-to-all is in flight. The tiny model's
+// capacity is 1 with its default factor, so these runs use a factor of 6 (capacity 12 or 16 at
+// top-1; a sent capacity of at least 3 on every layout up to T = 4, so N chunks are N). Against
+// their own single-process reference with that factor; the traffic model against the ledger; and
+// the ledger of N chunks against the plain exchange's: the same bytes in N times the calls.
+namespace {
+ted::train::TrainConfig wide(ted::train::TrainConfig c) {
+  c.model.gate.capacity_factor = 6.0;
+  return c;
+}
+const Switches kOverlapSwitches[] = {
+    {"baseline", false, false, false, false, true, 0},
+    {"checkpointing (the recompute communicates)", false, false, true, false, true, 0},
+    {"all: dtd+rs+checkpointing+cac+tiles", true, true, true, true, true, 7},
+    {"dtd+checkpointing+cac with all-reduce stash", true, false, true, true, true, 0, true, true},
+    {"experts not split + checkpointing + cac", false, false, true, true, true, 0, false},
+};
+}  // namespace
+
+TEST_CASE("overlap in 2 and 3 chunks equals the single-process reference") {
+  auto& world = ted::test::world();
+  const int G = world.size();
+  Worst worst;
+  for (int top_k : {1, 2}) {
+    auto reference_config = wide(tiny(G, top_k));
+    auto cpu = ted::make_cpu_device();
+    const auto fp32 = train(reference_config, *cpu, nullptr);
+    Run same_dtype;
+    if (sixteen_bit()) {
+      reference_config.run.dtype = ted::test::dtype();
+      same_dtype = train(reference_config, ted::test::device(), nullptr);
+    }
+    for (const auto& layout : ted::all_layouts(G)) {
+      ted::ProcessGrid grid(G, layout);
+      ted::TedGroups groups(ted::test::control(), world, grid);
+      for (const auto& sw : kOverlapSwitches)
+        for (int overlap : {2, 3}) {
+          auto config = wide(configured(G, top_k, layout, sw));
+          config.parallel.overlap = overlap;
+          INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", overlap "
+                      << overlap << ", " << ted::test::dtype() << " on "
+                      << ted::test::device().name() << " over " << world.name() << ", rank "
+                      << world.rank());
+          auto run = train(config, ted::test::device(), &groups);
+          check_against(run, fp32, sixteen_bit() ? &same_dtype : nullptr, worst);
+
+          auto one_step = config;
+          one_step.data.micro_batches = 2;
+          const auto ledger = ledger_of_step(groups, one_step);
+          const auto predicted = ted::projection::step_traffic(shape_of(one_step, layout));
+          for (std::size_t op = 0; op < ted::kCollectiveOpCount; ++op)
+            for (auto group : {ted::GroupKind::tensor, ted::GroupKind::expert}) {
+              auto kind = static_cast<ted::CollectiveOp>(op);
+              INFO(ted::to_string(kind) << " on the " << ted::to_string(group) << " group");
+              const auto& measured = ledger.total(kind, group);
+              const auto& model = ted::projection::at(predicted, kind, group);
+              CHECK(model.calls == measured.calls);
+              CHECK(model.bytes_sent == measured.bytes_sent);
+            }
+          if (on_cpu()) {  // memory: the chunks live in the plain exchange's buffers
+            ted::TrackingDevice tracked(ted::test::device());
+            {
+              ted::train::Trainer trainer(one_step, tracked, G > 1 ? &groups : nullptr);
+              trainer.step(0);
+            }
+            const auto estimate = ted::projection::step_memory(shape_of(one_step, layout));
+            for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {
+              auto category = static_cast<ted::MemoryCategory>(c);
+              const double measured = static_cast<double>(tracked.usage(category).peak);
+              INFO(ted::to_string(category)
+                   << ": model " << estimate.of(category) << " vs allocator " << measured);
+              CHECK(std::abs(static_cast<double>(estimate.of(category)) - measured) <=
+                    0.05 * std::max(measured, 1.0));
+            }
+          }
+          if (layout.expert > 1) {  // the plain exchange moves the same bytes in fewer calls
+            auto plain = one_step;
+            plain.parallel.overlap = 1;
+            const auto& a = ledger.total(ted::CollectiveOp::all_to_all, ted::GroupKind::expert);
+            const auto base = ledger_of_step(groups, plain);
+            const auto& b = base.total(ted::CollectiveOp::all_to_all, ted::GroupKind::expert);
+            CHECK(a.bytes_sent == b.bytes_sent);
+            CHECK(a.bytes_recv == b.bytes_recv);
+            CHECK(a.calls == static_cast<std::uint64_t>(overlap) * b.calls);
+          }
+        }
+    }
+  }
+  print_worst("overlap", worst);
+}

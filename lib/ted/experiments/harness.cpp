@@ -51,6 +51,21 @@ ConfigSchema ExperimentConfig::schema() {
   return s;
 }
 
+namespace {
+// The digits after "overlap" in a system name: none (the YAML's parallel.overlap, 0 here) or a
+// chunk count of at least 2. False when they are not that.
+bool overlap_chunks(const std::string& digits, int* chunks) {
+  if (digits.empty()) {
+    *chunks = 0;
+    return true;
+  }
+  if (digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  *chunks = std::stoi(digits);
+  return *chunks >= 2;
+}
+}  // namespace
+
 System parse_system(const std::string& name, const std::string& where) {
   System s;
   s.name = name;
@@ -71,17 +86,23 @@ System parse_system(const std::string& name, const std::string& where) {
         s.cac = true;
       else if (part == "rs")
         s.reduce_scatter = true;
+      else if (part.rfind("overlap", 0) == 0 && overlap_chunks(part.substr(7), &s.overlap))
+        ;
       else
         throw ConfigError(where + ": system '" + name + "' has an unknown part '" + part +
-                          "' (expected dtd, cac or rs)");
+                          "' (expected dtd, cac, rs, or overlap with an optional chunk count "
+                          "of at least 2)");
       if (plus == std::string::npos) break;
       start = plus + 1;
     }
+    // ted+overlap[N] alone is ted (DTD + CAC) with the overlap, as the ablation compares them.
+    if (s.overlap != 1 && !s.dtd && !s.cac && !s.reduce_scatter) s.dtd = s.cac = true;
     if (s.reduce_scatter && !s.dtd)
       throw ConfigError(where + ": system '" + name + "': rs needs dtd");
   } else {
     throw ConfigError(where + ": unknown system '" + name +
-                      "' (expected deepspeed-moe, ted-baseline, ted, or ted+dtd/+cac/+rs)");
+                      "' (expected deepspeed-moe, ted-baseline, ted, or ted+dtd/+cac/+rs/"
+                      "+overlap[N])");
   }
   return s;
 }
@@ -151,6 +172,13 @@ Point make_point(const ExperimentConfig& config, const System& system, Layout la
   par.dtd = system.dtd;
   par.cac = system.cac;
   par.reduce_scatter = system.reduce_scatter;
+  par.overlap = system.overlap == 1  ? 1
+                : system.overlap > 1 ? system.overlap
+                                     : base.parallel.overlap;
+  if (par.overlap < 2 && system.overlap == 0)
+    throw ConfigError(where + ": system " + system.name +
+                      " takes its chunk count from parallel.overlap, which is " +
+                      std::to_string(par.overlap) + "; give at least 2 (or name it, ted+overlap4)");
   if (system.cac) p.train.model.checkpoint = true;
   p.train.steps = std::max(1, config.warmup + config.iters);
   if (global_batch > 0) {

@@ -72,6 +72,9 @@ struct System {
   std::string name;
   bool tensor_parallel = true;  // false: T forced to 1
   bool dtd = false, cac = false, reduce_scatter = false;
+  // The MoE exchange in chunks (parallel.overlap): 1 off; 0 asks for parallel.overlap's value
+  // (at least 2).
+  int overlap = 1;
 };
 System parse_system(const std::string& name, const std::string& where);
 

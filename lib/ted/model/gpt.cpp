@@ -123,6 +123,7 @@ MoeExchange GptModel<T>::moe_exchange(bool recompute) const {
   x.keep_stash = parallel_.cac && !recompute;
   x.reuse_stash = parallel_.cac && recompute;
   x.stash_reduction = parallel_.cac_all_reduce && T_ > 1;  // nothing to reduce on one rank
+  x.overlap = parallel_.overlap;
   return x;
 }
 

@@ -52,6 +52,7 @@ struct ModelParallel {
   bool reduce_scatter = false;     // reduce-scatter instead of all-reduce + slice (needs dtd)
   bool cac = false;                // communication-aware checkpointing (needs checkpointing)
   bool cac_all_reduce = false;     // CAC also keeps the tensor all-reduce outputs (needs cac)
+  int overlap = 1;                 // the MoE exchange in chunks (MoeExchange::overlap)
   // Experts tensor-parallel over T (TED). false: whole experts, each tensor rank running its
   // 1/T share of the capacity; their gradients must then be summed over the tensor group.
   bool split_experts = true;

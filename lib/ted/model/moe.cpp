@@ -1,5 +1,9 @@
 #include "ted/model/moe.hpp"
 
+#include <algorithm>
+#include <memory>
+#include <vector>
+
 #include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
 
@@ -43,6 +47,39 @@ Plan make_plan(const MoeShape& shape, const MoeExchange& x, int capacity) {
   return p;
 }
 
+// The exchange in chunks along the capacity each rank sends (MoeExchange::overlap): chunk c
+// carries rows [begin(c), begin(c + 1)) of every block of the sent capacity, so chunk c's
+// experts can run while chunk c + 1 is in flight. One chunk is the plain exchange.
+struct Chunking {
+  int n = 1;   // chunks: the overlap asked for, at most one per capacity row
+  int Cs = 0;  // the sent capacity they split
+  int begin(int c) const { return static_cast<int>(static_cast<long long>(Cs) * c / n); }
+  int rows(int c) const { return begin(c + 1) - begin(c); }
+};
+
+Chunking chunking(const Plan& p, int overlap) {
+  Chunking k;
+  k.Cs = p.sent_capacity();
+  k.n = std::max(1, std::min(overlap, k.Cs));
+  return k;
+}
+
+// A chunk's own plan: the layer's, with the sent capacity cut to the chunk's rows.
+Plan chunk_plan(const Plan& p, int rows) {
+  Plan q = p;
+  q.Cs = rows;
+  q.Cp = p.slicing ? rows * p.T : rows;
+  q.C = q.Cp;
+  return q;
+}
+
+// The buffers of the exchange hold their chunks one after the other, each [blocks, mult x rows
+// of the chunk, width]: where chunk c starts.
+std::size_t chunk_at(const Chunking& k, int c, std::size_t blocks, int mult, int width) {
+  return blocks * static_cast<std::size_t>(mult) * static_cast<std::size_t>(k.begin(c)) *
+         static_cast<std::size_t>(width);
+}
+
 template <typename T>
 constexpr DataType dtype() {
   return dtype_of<T>::value;
@@ -53,24 +90,40 @@ void copy(Device& device, T* dst, const T* src, std::size_t count) {
   device.copy(dst, src, count * sizeof(T));
 }
 
+// [blocks, pitch, h] -> [blocks, rows, h]: capacity rows first .. first + rows of every block.
+template <typename T>
+void take_rows(Device& device, const T* from, T* to, int first, int rows, int pitch, int h,
+               std::size_t blocks) {
+  const std::size_t row = static_cast<std::size_t>(h) * sizeof(T);
+  device.copy_2d(to, rows * row, from + static_cast<std::size_t>(first) * h, pitch * row,
+                 rows * row, blocks);
+}
+
 // [blocks, Cp, h] -> [blocks, Cs, h]: capacity rows t*Cs .. t*Cs + Cs of every block.
 template <typename T>
 void take_slice(Device& device, const T* full, T* slice, const Plan& p, std::size_t blocks) {
-  const std::size_t row = static_cast<std::size_t>(p.h) * sizeof(T);
-  device.copy_2d(slice, p.Cs * row, full + static_cast<std::size_t>(p.t) * p.Cs * p.h, p.Cp * row,
-                 p.Cs * row, blocks);
+  take_rows(device, full, slice, p.t * p.Cs, p.Cs, p.Cp, p.h, blocks);
 }
 
-// [T, blocks, Cs, h] (tensor-rank major, as all-gather and reduce-scatter lay it out)
-// <-> [blocks, Cp, h] (capacity slice tt at rows tt*Cs).
+// [Tn, blocks, rows, h] (tensor-rank major, as all-gather lays it out) -> rows
+// first + tt*stride .. + rows of a [blocks, pitch, h] buffer, for every tensor rank tt.
+template <typename T>
+void place_slices(Device& device, const T* ranks, T* to, int Tn, int rows, int first, int stride,
+                  int pitch, int h, std::size_t blocks) {
+  const std::size_t chunk = static_cast<std::size_t>(rows) * h;
+  for (int tt = 0; tt < Tn; ++tt)
+    device.copy_2d(
+        to + (static_cast<std::size_t>(first) + static_cast<std::size_t>(tt) * stride) * h,
+        static_cast<std::size_t>(pitch) * h * sizeof(T),
+        ranks + static_cast<std::size_t>(tt) * blocks * chunk, chunk * sizeof(T), chunk * sizeof(T),
+        blocks);
+}
+
+// [T, blocks, Cs, h] (tensor-rank major) <-> [blocks, Cp, h] (capacity slice tt at rows tt*Cs).
 template <typename T>
 void rank_major_to_full(Device& device, const T* ranks, T* full, const Plan& p,
                         std::size_t blocks) {
-  const std::size_t chunk = static_cast<std::size_t>(p.Cs) * p.h;
-  for (int tt = 0; tt < p.T; ++tt)
-    device.copy_2d(full + static_cast<std::size_t>(tt) * chunk, p.Cp * p.h * sizeof(T),
-                   ranks + static_cast<std::size_t>(tt) * blocks * chunk, chunk * sizeof(T),
-                   chunk * sizeof(T), blocks);
+  place_slices(device, ranks, full, p.T, p.Cs, 0, p.Cs, p.Cp, p.h, blocks);
 }
 
 template <typename T>
@@ -93,6 +146,34 @@ void exchange(Device& device, Communicator* expert, const T* send, T* recv, std:
     copy(device, recv, send, count * static_cast<std::size_t>(peers));
 }
 
+// The all-to-alls of a chunked exchange, per chunk: the dispatch (or, in backward, the first)
+// and the return (the second) ones; the experts let those in flight progress.
+struct InFlight {
+  std::vector<std::unique_ptr<PendingCollective>> first, second;
+  explicit InFlight(int chunks) : first(chunks), second(chunks) {}
+  void progress() {
+    for (auto* list : {&first, &second})
+      for (auto& one : *list)
+        if (one) one->progress();
+  }
+};
+
+// Starts the all-to-all of `exchange`: a pending collective, or null when it is done (one
+// process: a copy).
+template <typename T>
+std::unique_ptr<PendingCollective> exchange_start(Device& device, Communicator* expert,
+                                                  const T* send, T* recv, std::size_t count,
+                                                  int peers) {
+  if (expert) return expert->all_to_all_start(send, recv, count, dtype<T>());
+  copy(device, recv, send, count * static_cast<std::size_t>(peers));
+  return nullptr;
+}
+
+void finish(std::unique_ptr<PendingCollective>& pending) {
+  if (pending) pending->wait();
+  pending.reset();
+}
+
 // All-gather of capacity slices in the tensor group: [blocks, Cs, h] -> [blocks, Cp, h].
 template <typename T>
 void gather_slices(Device& device, Communicator* tensor, const T* slice, T* full, const Plan& p,
@@ -102,6 +183,26 @@ void gather_slices(Device& device, Communicator* tensor, const T* slice, T* full
   Tensor<T> ranks(device, count * static_cast<std::size_t>(p.T));
   tensor->all_gather(slice, ranks.data(), count, dtype<T>());
   rank_major_to_full(device, ranks.data(), full, p, blocks);
+}
+
+// Chunk c of an exchange's result back into the layer's [blocks, Cp, h] buffer: all-gathered
+// in the tensor group when the all-to-alls carried slices (rows tt*Cs + begin(c) ...), else
+// copied (rows begin(c) ...).
+template <typename T>
+void place_chunk(Device& device, Communicator* tensor, const T* chunk, T* full, const Plan& p,
+                 const Chunking& k, int c, std::size_t blocks) {
+  const int rows = k.rows(c);
+  if (!p.slicing) {
+    const std::size_t row = static_cast<std::size_t>(p.h) * sizeof(T);
+    device.copy_2d(full + static_cast<std::size_t>(k.begin(c)) * p.h, p.Cp * row, chunk, rows * row,
+                   rows * row, blocks);
+    return;
+  }
+  std::size_t count = blocks * rows * p.h;
+  MemoryScope scope(device, MemoryCategory::communication);
+  Tensor<T> ranks(device, count * static_cast<std::size_t>(p.T));
+  tensor->all_gather(chunk, ranks.data(), count, dtype<T>());
+  place_slices(device, ranks.data(), full, p.T, rows, k.begin(c), p.Cs, p.Cp, p.h, blocks);
 }
 
 // Reduce-scatter of [blocks, Cp, h] partial sums in the tensor group -> my [blocks, Cs, h].
@@ -120,23 +221,66 @@ void tensor_all_reduce(Communicator* tensor, T* data, std::size_t count) {
   if (tensor && tensor->size() > 1) tensor->all_reduce(data, data, count, dtype<T>());
 }
 
-// An all-to-all of the exchange, or under CAC its stash: the first forward keeps the output
-// (cac_stash), the recompute reads it instead of communicating. Returns where the data is;
-// `scratch` holds it when there is no stash.
+// Where an all-to-all's outputs go, all chunks one after the other: under CAC the stash (the
+// first forward keeps it, cac_stash; the recompute reads it and does not communicate), else a
+// scratch buffer.
 template <typename T>
-const T* all_to_all_or_stash(Device& device, const MoeExchange& x, const T* send, std::size_t count,
-                             int peers, Tensor<T>& stash, Tensor<T>& scratch) {
+T* exchange_output(Device& device, const MoeExchange& x, std::size_t count, Tensor<T>& stash,
+                   Tensor<T>& scratch) {
   if (x.reuse_stash) {
     TED_CHECK(stash.size() == count, "CAC recompute without a stash of the forward's all-to-all");
     return stash.data();
   }
   MemoryScope scope(device,
                     x.keep_stash ? MemoryCategory::cac_stash : MemoryCategory::communication);
-  scratch = Tensor<T>(device, count);
-  exchange(device, x.expert, send, scratch.data(), count / static_cast<std::size_t>(peers), peers);
-  if (!x.keep_stash) return scratch.data();
-  stash = std::move(scratch);
-  return stash.data();
+  Tensor<T>& into = x.keep_stash ? stash : scratch;
+  into = Tensor<T>(device, count);
+  return into.data();
+}
+
+// Whether the experts run one block at a time with a progress call after each, so that MPI
+// moves the all-to-alls in flight meanwhile: a chunked exchange over an expert group, on the CPU
+// (a GPU's transfers move by themselves). The memory model counts the scratch this way too.
+bool block_by_block(const Chunking& k, const MoeExchange& x, const Device& device) {
+  return k.n > 1 && x.expert != nullptr && device.kind() == DeviceKind::cpu;
+}
+
+// The experts on one chunk, [Ep, El, R, h] -> partial outputs.
+template <typename T>
+void experts_forward_chunk(Ops<T>& ops, const MoeParams<T>& w, const T* in, T* hidden, T* act,
+                           T* out, const Plan& p, int R, bool by_block, InFlight& flight) {
+  if (!by_block) {
+    ops.experts_forward(in, w.w1, w.b1, w.w2, hidden, act, out, p.Ep, p.El, R, p.h, p.f);
+    return;
+  }
+  const std::size_t rh = static_cast<std::size_t>(R) * p.h, rf = static_cast<std::size_t>(R) * p.f;
+  const std::size_t hf = static_cast<std::size_t>(p.h) * p.f;
+  for (std::size_t b = 0; b < p.blocks(); ++b) {
+    const std::size_t le = b % static_cast<std::size_t>(p.El);
+    ops.experts_forward(in + b * rh, w.w1 + le * hf, w.b1 + le * p.f, w.w2 + le * hf,
+                        hidden + b * rf, act + b * rf, out + b * rh, 1, 1, R, p.h, p.f);
+    flight.progress();
+  }
+}
+
+template <typename T, typename M>
+void experts_backward_chunk(Ops<T>& ops, const MoeParams<T>& w, const T* in, const T* hidden,
+                            const T* act, const T* d_out, T* d_in, const MoeGrads<M>& g,
+                            const Plan& p, int R, bool by_block, InFlight& flight) {
+  if (!by_block) {
+    ops.experts_backward(in, w.w1, w.w2, hidden, act, d_out, d_in, g.w1, g.b1, g.w2, g.b2, p.Ep,
+                         p.El, R, p.h, p.f);
+    return;
+  }
+  const std::size_t rh = static_cast<std::size_t>(R) * p.h, rf = static_cast<std::size_t>(R) * p.f;
+  const std::size_t hf = static_cast<std::size_t>(p.h) * p.f;
+  for (std::size_t b = 0; b < p.blocks(); ++b) {  // sources in order for each expert, as one call
+    const std::size_t le = b % static_cast<std::size_t>(p.El);
+    ops.experts_backward(in + b * rh, w.w1 + le * hf, w.w2 + le * hf, hidden + b * rf, act + b * rf,
+                         d_out + b * rh, d_in + b * rh, g.w1 + le * hf, g.b1 + le * p.f,
+                         g.w2 + le * hf, g.b2 + le * p.h, 1, 1, R, p.h, p.f);
+    flight.progress();
+  }
 }
 
 // Under CAC the recompute's all-to-all outputs come from the stash, [E, sent capacity, h], and
@@ -194,86 +338,117 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
   acts.dispatched = Tensor<T>(device, full);
   ops.dispatch(x, r, acts.dispatched.data(), h, p.Cp);
 
-  // Dispatch exchange: [E, Cp, h] -> this rank's experts' [Ep, El, Cp, h].
+  // Dispatch exchange: [E, Cp, h] -> this rank's experts' [Ep, El, R, h], in chunks along the
+  // sent capacity (one without overlap). Every buffer holds its chunks one after the other.
+  const Chunking k = chunking(p, exchange_cfg.overlap);
+  const int R = p.expert_rows();
+  const int mult = p.slicing && p.split ? p.T : 1;  // expert rows per sent row
   Tensor<T> send;
   const T* to_send = acts.dispatched.data();
-  if (p.slicing) {
+  if (p.slicing || k.n > 1) {
     MemoryScope scope(device, MemoryCategory::communication);
     send = Tensor<T>(device, sent);
-    take_slice(device, acts.dispatched.data(), send.data(), p, blocks);
+    for (int c = 0; c < k.n; ++c)
+      take_rows(device, acts.dispatched.data(), send.data() + chunk_at(k, c, blocks, 1, h),
+                (p.slicing ? p.t * p.Cs : 0) + k.begin(c), k.rows(c), p.Cp, h, blocks);
     to_send = send.data();
   }
   Tensor<T> received;
-  const T* arrived =
-      all_to_all_or_stash(device, exchange_cfg, to_send, sent, p.Ep, acts.dispatch_stash, received);
-  const int R = p.expert_rows();
+  T* arrived = exchange_output(device, exchange_cfg, sent, acts.dispatch_stash, received);
   const std::size_t rows = blocks * R * h;
   acts.expert_in = Tensor<T>(device, rows);
-  if (p.slicing && p.split)
-    gather_slices(device, exchange_cfg.tensor, arrived, acts.expert_in.data(), p, blocks);
-  else
-    copy(device, acts.expert_in.data(), arrived, rows);
-
-  // Experts: W1 column-parallel, GeLU, W2 row-parallel (partial sums over the tensor group).
   const std::size_t hidden_size = blocks * R * p.f;
   acts.hidden = Tensor<T>(device, hidden_size);
   acts.activated = Tensor<T>(device, hidden_size);
   Tensor<T> partial(device, rows);
-  ops.experts_forward(acts.expert_in.data(), params.w1, params.b1, params.w2, acts.hidden.data(),
-                      acts.activated.data(), partial.data(), p.Ep, p.El, R, h, p.f);
-
-  // Reduce over the tensor group and send back: [Ep, El, Cx, h] -> [E, Cx, h]. Under CAC with
-  // stash_reduction the forward keeps the reduced output and the recompute reuses it.
-  auto reduce_or_reuse = [&](T* data, std::size_t count, auto&& reduce) {
-    if (exchange_cfg.stash_reduction && exchange_cfg.reuse_stash) {
-      TED_CHECK(acts.reduction_stash.size() == count, "CAC recompute without a reduction stash");
-      copy(device, data, acts.reduction_stash.data(), count);
-      return;
-    }
-    reduce();
-    if (exchange_cfg.stash_reduction && exchange_cfg.keep_stash) {
-      MemoryScope scope(device, MemoryCategory::cac_stash);
-      acts.reduction_stash = Tensor<T>(device, count);
-      copy(device, acts.reduction_stash.data(), data, count);
-    }
-  };
-  // out rows of block b (local expert b mod El) += b2[expert].
-  auto add_expert_bias = [&](T* out, int block_rows) {
-    ops.add_bias(out, params.b2, static_cast<int>(blocks) * block_rows, h, block_rows, p.El);
-  };
-  Tensor<T> back;
-  const T* to_return = partial.data();
-  if (!p.split) {  // whole experts on my slice: nothing to reduce
-    add_expert_bias(partial.data(), R);
-  } else if (p.reduce_scatter) {
-    {
-      MemoryScope scope(device, MemoryCategory::communication);
-      back = Tensor<T>(device, sent);
-    }
-    reduce_or_reuse(back.data(), sent, [&] {
-      reduce_scatter_slices(device, exchange_cfg.tensor, partial.data(), back.data(), p, blocks);
-    });
-    add_expert_bias(back.data(), p.Cs);
-    to_return = back.data();
-  } else {
-    reduce_or_reuse(partial.data(), full,
-                    [&] { tensor_all_reduce(exchange_cfg.tensor, partial.data(), full); });
-    add_expert_bias(partial.data(), p.Cp);
-    if (p.slicing) {
-      MemoryScope scope(device, MemoryCategory::communication);
-      back = Tensor<T>(device, sent);
-      take_slice(device, partial.data(), back.data(), p, blocks);
-      to_return = back.data();
-    }
+  Tensor<T> back;  // the sent slice of the reduced output, when it is not `partial` itself
+  if (p.slicing && p.split) {
+    MemoryScope scope(device, MemoryCategory::communication);
+    back = Tensor<T>(device, sent);
+  }
+  if (exchange_cfg.stash_reduction && exchange_cfg.keep_stash) {
+    MemoryScope scope(device, MemoryCategory::cac_stash);
+    acts.reduction_stash = Tensor<T>(device, p.reduce_scatter ? sent : full);
   }
   Tensor<T> returned_slices;
-  const T* came_back = all_to_all_or_stash(device, exchange_cfg, to_return, sent, p.Ep,
-                                           acts.return_stash, returned_slices);
+  T* came_back = exchange_output(device, exchange_cfg, sent, acts.return_stash, returned_slices);
   acts.returned = Tensor<T>(device, full);
-  if (p.slicing)
-    gather_slices(device, exchange_cfg.tensor, came_back, acts.returned.data(), p, blocks);
-  else
-    copy(device, acts.returned.data(), came_back, full);
+
+  const bool communicate = !exchange_cfg.reuse_stash;
+  InFlight flight(k.n);  // first: the dispatch all-to-alls, second: the returns
+  auto start_dispatch = [&](int c) {
+    const std::size_t at = chunk_at(k, c, blocks, 1, h);
+    if (communicate)
+      flight.first[c] = exchange_start(device, exchange_cfg.expert, to_send + at, arrived + at,
+                                       blocks * k.rows(c) * h / p.Ep, p.Ep);
+  };
+  start_dispatch(0);
+  std::size_t reduced_at = 0;  // where chunk c's tensor reduction sits in the reduction stash
+  for (int c = 0; c < k.n; ++c) {
+    if (c + 1 < k.n) start_dispatch(c + 1);
+    finish(flight.first[c]);
+    const Plan q = chunk_plan(p, k.rows(c));
+    const int Rc = mult * k.rows(c);
+    const std::size_t at = chunk_at(k, c, blocks, 1, h), at_rows = chunk_at(k, c, blocks, mult, h),
+                      at_f = chunk_at(k, c, blocks, mult, p.f);
+    T* in = acts.expert_in.data() + at_rows;
+    if (p.slicing && p.split)
+      gather_slices(device, exchange_cfg.tensor, arrived + at, in, q, blocks);
+    else
+      copy(device, in, arrived + at, blocks * Rc * h);
+
+    // Experts: W1 column-parallel, GeLU, W2 row-parallel (partial sums over the tensor group),
+    // while the next chunk's dispatch and the earlier chunks' returns are in flight.
+    T* out = partial.data() + at_rows;
+    experts_forward_chunk(ops, params, in, acts.hidden.data() + at_f, acts.activated.data() + at_f,
+                          out, q, Rc, block_by_block(k, exchange_cfg, device), flight);
+
+    // Reduce over the tensor group and send back: [Ep, El, Rc, h] -> [E, rows, h]. Under CAC
+    // with stash_reduction the forward keeps the reduced output and the recompute reuses it.
+    auto reduce_or_reuse = [&](T* data, std::size_t count, auto&& reduce) {
+      T* stashed = acts.reduction_stash.data() + reduced_at;
+      reduced_at += count;
+      if (exchange_cfg.stash_reduction && exchange_cfg.reuse_stash) {
+        TED_CHECK(acts.reduction_stash.size() >= reduced_at,
+                  "CAC recompute without a reduction stash");
+        copy(device, data, stashed, count);
+        return;
+      }
+      reduce();
+      if (exchange_cfg.stash_reduction && exchange_cfg.keep_stash)
+        copy(device, stashed, data, count);
+    };
+    // out rows of block b (local expert b mod El) += b2[expert].
+    auto add_expert_bias = [&](T* rows_out, int block_rows) {
+      ops.add_bias(rows_out, params.b2, static_cast<int>(blocks) * block_rows, h, block_rows, p.El);
+    };
+    const T* to_return = out;
+    if (!p.split) {  // whole experts on my slice: nothing to reduce
+      add_expert_bias(out, Rc);
+    } else if (p.reduce_scatter) {
+      reduce_or_reuse(back.data() + at, blocks * k.rows(c) * h, [&] {
+        reduce_scatter_slices(device, exchange_cfg.tensor, out, back.data() + at, q, blocks);
+      });
+      add_expert_bias(back.data() + at, k.rows(c));
+      to_return = back.data() + at;
+    } else {
+      const std::size_t count = blocks * q.Cp * h;
+      reduce_or_reuse(out, count, [&] { tensor_all_reduce(exchange_cfg.tensor, out, count); });
+      add_expert_bias(out, q.Cp);
+      if (p.slicing) {
+        take_slice(device, out, back.data() + at, q, blocks);
+        to_return = back.data() + at;
+      }
+    }
+    if (communicate)
+      flight.second[c] = exchange_start(device, exchange_cfg.expert, to_return, came_back + at,
+                                        blocks * k.rows(c) * h / p.Ep, p.Ep);
+  }
+  for (int c = 0; c < k.n; ++c) {
+    finish(flight.second[c]);
+    place_chunk(device, exchange_cfg.tensor, came_back + chunk_at(k, c, blocks, 1, h),
+                acts.returned.data(), p, k, c, blocks);
+  }
 
   ops.combine(acts.returned.data(), r, y, h, p.Cp);
   return read_stats ? ops.routing_stats(r) : RoutingStats{};
@@ -297,51 +472,70 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
   Tensor<M> d_weight(device, static_cast<std::size_t>(S) * r.top_k);
   ops.combine_backward(acts.returned.data(), dy, r, d_returned.data(), d_weight.data(), h, p.Cp);
 
-  // Return exchange backward: my slice, all-to-all, then all-gather (the slice's gradient).
-  Tensor<T> d_slice, d_back;
+  // Return exchange backward: my slice, all-to-all, then all-gather (the slice's gradient);
+  // the experts' backward; the dispatch exchange backward: the column-parallel input gradient
+  // summed over the tensor group, my slice, all-to-all back, all-gather. Chunked as the forward.
+  const Chunking k = chunking(p, exchange_cfg.overlap);
+  const int R = p.expert_rows();
+  const int mult = p.slicing && p.split ? p.T : 1;
+  Tensor<T> d_slice, d_back;  // each chunk's region carries both of its exchanges in turn
   {
     MemoryScope scope(device, MemoryCategory::communication);
     d_slice = Tensor<T>(device, sent);
     d_back = Tensor<T>(device, sent);
   }
-  if (p.slicing)
-    take_slice(device, d_returned.data(), d_slice.data(), p, blocks);
-  else
-    copy(device, d_slice.data(), d_returned.data(), full);
-  exchange(device, exchange_cfg.expert, d_slice.data(), d_back.data(), sent / p.Ep, p.Ep);
-  const int R = p.expert_rows();
+  for (int c = 0; c < k.n; ++c)
+    take_rows(device, d_returned.data(), d_slice.data() + chunk_at(k, c, blocks, 1, h),
+              (p.slicing ? p.t * p.Cs : 0) + k.begin(c), k.rows(c), p.Cp, h, blocks);
   const std::size_t rows = blocks * R * h;
   Tensor<T> d_out(device, rows);
-  if (p.slicing && p.split)
-    gather_slices(device, exchange_cfg.tensor, d_back.data(), d_out.data(), p, blocks);
-  else
-    copy(device, d_out.data(), d_back.data(), rows);
-
-  // Experts backward.
   Tensor<T> d_in(device, rows);
-  ops.experts_backward(acts.expert_in.data(), params.w1, params.w2, acts.hidden.data(),
-                       acts.activated.data(), d_out.data(), d_in.data(), grads.w1, grads.b1,
-                       grads.w2, grads.b2, p.Ep, p.El, R, h, p.f);
-
-  // Dispatch exchange backward: sum the column-parallel input gradient over the tensor group,
-  // my slice, all-to-all back, all-gather.
-  if (!p.split) {  // whole experts: the slice's input gradient is complete
-    copy(device, d_slice.data(), d_in.data(), rows);
-  } else if (p.reduce_scatter) {
-    reduce_scatter_slices(device, exchange_cfg.tensor, d_in.data(), d_slice.data(), p, blocks);
-  } else {
-    tensor_all_reduce(exchange_cfg.tensor, d_in.data(), full);
-    if (p.slicing)
-      take_slice(device, d_in.data(), d_slice.data(), p, blocks);
+  InFlight flight(k.n);  // first: the return exchange's gradient, second: the dispatch's
+  auto start_first = [&](int c) {
+    const std::size_t at = chunk_at(k, c, blocks, 1, h);
+    flight.first[c] = exchange_start(device, exchange_cfg.expert, d_slice.data() + at,
+                                     d_back.data() + at, blocks * k.rows(c) * h / p.Ep, p.Ep);
+  };
+  start_first(0);
+  for (int c = 0; c < k.n; ++c) {
+    if (c + 1 < k.n) start_first(c + 1);
+    finish(flight.first[c]);
+    const Plan q = chunk_plan(p, k.rows(c));
+    const int Rc = mult * k.rows(c);
+    const std::size_t at = chunk_at(k, c, blocks, 1, h), at_rows = chunk_at(k, c, blocks, mult, h),
+                      at_f = chunk_at(k, c, blocks, mult, p.f);
+    T* g_out = d_out.data() + at_rows;
+    if (p.slicing && p.split)
+      gather_slices(device, exchange_cfg.tensor, d_back.data() + at, g_out, q, blocks);
     else
-      copy(device, d_slice.data(), d_in.data(), full);
+      copy(device, g_out, d_back.data() + at, blocks * Rc * h);
+
+    T* g_in = d_in.data() + at_rows;
+    experts_backward_chunk(ops, params, acts.expert_in.data() + at_rows, acts.hidden.data() + at_f,
+                           acts.activated.data() + at_f, g_out, g_in, grads, q, Rc,
+                           block_by_block(k, exchange_cfg, device), flight);
+
+    T* slice = d_slice.data() + at;  // chunk c's first exchange is done with it
+    if (!p.split) {                  // whole experts: the slice's input gradient is complete
+      copy(device, slice, g_in, blocks * Rc * h);
+    } else if (p.reduce_scatter) {
+      reduce_scatter_slices(device, exchange_cfg.tensor, g_in, slice, q, blocks);
+    } else {
+      tensor_all_reduce(exchange_cfg.tensor, g_in, blocks * q.Cp * h);
+      if (p.slicing)
+        take_slice(device, g_in, slice, q, blocks);
+      else
+        copy(device, slice, g_in, blocks * q.Cp * h);
+    }
+    flight.second[c] = exchange_start(device, exchange_cfg.expert, slice, d_back.data() + at,
+                                      blocks * k.rows(c) * h / p.Ep, p.Ep);
   }
-  exchange(device, exchange_cfg.expert, d_slice.data(), d_back.data(), sent / p.Ep, p.Ep);
   Tensor<T> d_dispatched(device, full);
-  if (p.slicing)
-    gather_slices(device, exchange_cfg.tensor, d_back.data(), d_dispatched.data(), p, blocks);
-  else
-    copy(device, d_dispatched.data(), d_back.data(), full);
+  for (int c = 0; c < k.n; ++c) {
+    finish(flight.second[c]);
+    place_chunk(device, exchange_cfg.tensor, d_back.data() + chunk_at(k, c, blocks, 1, h),
+                d_dispatched.data(), p, k, c, blocks);
+  }
 
   // Dispatch backward: each kept choice returns its slot's gradient to its token.
   ops.dispatch_backward(d_dispatched.data(), r, dx, h, p.Cp);

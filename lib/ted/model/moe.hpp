@@ -59,6 +59,12 @@ struct MoeExchange {
   bool keep_stash = false;       // CAC, first forward: keep the all-to-all outputs
   bool reuse_stash = false;      // CAC, recompute: use them instead of communicating
   bool stash_reduction = false;  // CAC also keeps the expert output's tensor reduction
+  // Overlap: every collective of the exchange in this many chunks along the capacity each rank
+  // sends (at most one per row); chunk c's experts run while chunk c + 1's dispatch all-to-all
+  // and the earlier chunks' returns are in flight (nonblocking; on the CPU the experts run one
+  // block at a time and let MPI progress in between). The same bytes in n times the calls;
+  // buffers hold the chunks one after the other, so memory is as without overlap.
+  int overlap = 1;
   // The expert group's host MPI communicator (TedGroups::control), for the one scalar the group
   // agrees on, the dropless capacity, outside the ledger. Needed with `expert` and dropless.
   Communicator* expert_control = nullptr;

@@ -28,6 +28,15 @@ MemoryEstimate step_memory(const StepShape& s) {
   const std::uint64_t full = E * Cp * h, sent = E * Cs * h;
   const std::uint64_t rows = split ? full : sent;  // what the local experts compute on
   const std::uint64_t expert_hidden = E * (split ? Cp : Cs) * expert_f;
+  // The experts' backward holds their hidden gradient (master type) for all blocks at once.
+  // With the exchange in chunks (parallel.overlap) it does so per chunk, and over an expert
+  // group on the CPU one block of a chunk at a time (model/moe.cpp, block_by_block).
+  const std::uint64_t chunks = std::max<std::uint64_t>(
+      1, std::min<std::uint64_t>(static_cast<std::uint64_t>(p.overlap), Cs));
+  const std::uint64_t chunk_rows = (slicing && split ? T : 1) * ((Cs + chunks - 1) / chunks);
+  const std::uint64_t expert_scratch = chunks == 1 ? expert_hidden
+                                       : Ep > 1    ? chunk_rows * expert_f
+                                                   : E * chunk_rows * expert_f;
   MemoryEstimate e;
   auto set = [&](MemoryCategory c, std::uint64_t bytes) {
     e.peak[static_cast<std::size_t>(c)] = bytes;
@@ -103,8 +112,8 @@ MemoryEstimate step_memory(const StepShape& s) {
       // d_dispatched and the gate logits' gradient. All freed when the layer returns.
       const std::uint64_t held = w * (full + rows + rows) + mw * N * K;
       a.take(held);
-      a.take(mw * expert_hidden);
-      a.give(mw * expert_hidden);
+      a.take(mw * expert_scratch);
+      a.give(mw * expert_scratch);
       a.take(w * (full + N * E));
       a.give(held + w * (full + N * E));
     } else {
@@ -139,8 +148,9 @@ MemoryEstimate step_memory(const StepShape& s) {
   if (any_moe) {
     const std::uint64_t gather = slicing ? full : 0;  // the all-gather's rank-major temporary
     const bool stashed = p.cac && m.checkpoint;
-    std::uint64_t fwd = (slicing ? sent : 0) /*send*/ + (stashed ? 0 : sent) /*received*/ +
-                        (slicing ? sent : 0) /*back*/ + (stashed ? 0 : sent) /*returned*/ + gather;
+    std::uint64_t fwd = (slicing || chunks > 1 ? sent : 0) /*send, packed*/ +
+                        (stashed ? 0 : sent) /*received*/ + (slicing ? sent : 0) /*back*/ +
+                        (stashed ? 0 : sent) /*returned*/ + gather;
     std::uint64_t bwd = 2 * sent /*d_slice, d_back*/ + gather;
     exchange = w * std::max(fwd, bwd);
   }

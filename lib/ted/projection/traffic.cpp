@@ -1,5 +1,7 @@
 #include "ted/projection/traffic.hpp"
 
+#include <algorithm>
+
 #include "ted/model/gating.hpp"
 
 namespace ted::projection {
@@ -90,7 +92,6 @@ StepTraffic step_traffic(const StepShape& s) {
   const bool reduce_scatter = slicing && split && p.reduce_scatter;
   const std::uint64_t Cp = slicing ? (C + T - 1) / T * T : C;
   const std::uint64_t sliced = slicing ? Cp / T : Cp;
-  const std::uint64_t full = E * Cp * h, sent = E * sliced * h;
 
   for (int l = 0; l < m.layers; ++l) {
     const bool moe = m.is_moe(l);
@@ -103,20 +104,29 @@ StepTraffic step_traffic(const StepShape& s) {
     }
     if (!moe) continue;
     const std::uint64_t forwards = checkpoint ? 2 : 1;
-    // All-to-alls: dispatch and return in each forward (not again under CAC), and in backward.
-    if (Ep > 1) r.all_to_all(expert, sent, micro * ((recompute_all_to_all ? 2 : 1) * 2 + 2));
-    if (T == 1) continue;
-    // DTD all-gathers rebuild the capacity after each all-to-all (also in the recompute); with
-    // unsplit experts only the return side gathers.
-    const std::uint64_t gathers_per_pass = slicing ? (split ? 2 : 1) : 0;
-    r.all_gather(tensor, T, E * sliced * h, micro * gathers_per_pass * (forwards + 1));
-    if (!split) continue;
-    // The expert output's tensor reduction (forward, recompute) and the input gradient's.
-    const std::uint64_t forward_reductions = recompute_reductions ? forwards : 1;
-    if (reduce_scatter) {
-      r.reduce_scatter(tensor, T, E * sliced * h, micro * (forward_reductions + 1));
-    } else {
-      r.all_reduce(tensor, full, micro * (forward_reductions + 1));
+    // With overlap every collective of the exchange runs once per chunk of the sent capacity
+    // (model/moe.cpp: at most one chunk per row), each carrying its rows' share.
+    const std::uint64_t chunks =
+        std::max<std::uint64_t>(1, std::min<std::uint64_t>(p.overlap, sliced));
+    for (std::uint64_t c = 0; c < chunks; ++c) {
+      const std::uint64_t rows = sliced * (c + 1) / chunks - sliced * c / chunks;
+      const std::uint64_t chunk_sent = E * rows * h,
+                          chunk_full = slicing ? chunk_sent * T : chunk_sent;
+      // All-to-alls: dispatch and return in each forward (not again under CAC), and in backward.
+      if (Ep > 1)
+        r.all_to_all(expert, chunk_sent, micro * ((recompute_all_to_all ? 2 : 1) * 2 + 2));
+      if (T == 1) continue;
+      // DTD all-gathers rebuild the capacity after each all-to-all (also in the recompute); with
+      // unsplit experts only the return side gathers.
+      const std::uint64_t gathers_per_pass = slicing ? (split ? 2 : 1) : 0;
+      r.all_gather(tensor, T, chunk_sent, micro * gathers_per_pass * (forwards + 1));
+      if (!split) continue;
+      // The expert output's tensor reduction (forward, recompute) and the input gradient's.
+      const std::uint64_t forward_reductions = recompute_reductions ? forwards : 1;
+      if (reduce_scatter)
+        r.reduce_scatter(tensor, T, chunk_sent, micro * (forward_reductions + 1));
+      else
+        r.all_reduce(tensor, chunk_full, micro * (forward_reductions + 1));
     }
   }
   if (!distributed) return r.result();

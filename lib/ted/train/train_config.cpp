@@ -56,6 +56,7 @@ ConfigSchema TrainConfig::schema() {
   s.add("parallel.zero1", &parallel.zero1);
   s.add("parallel.tile_elems", &parallel.tile_elems);
   s.add("parallel.split_experts", &parallel.split_experts);
+  s.add("parallel.overlap", &parallel.overlap);
   s.add("run.backend", &run.backend);
   s.add("run.dtype", &run.dtype);
   s.add("run.comm", &run.comm);
@@ -88,6 +89,7 @@ void TrainConfig::validate() const {
   at_least(parallel.ep, 1, "parallel.ep");
   at_least(parallel.dp, 0, "parallel.dp (0: the ranks over tp x ep)");
   at_least(parallel.tile_elems, 0, "parallel.tile_elems (0: the whole shard)");
+  at_least(parallel.overlap, 1, "parallel.overlap (1: no overlap)");
   if (run.backend != "cpu" && run.backend != "cuda")
     throw ConfigError("run.backend must be cpu or cuda, got '" + run.backend + "'");
   if (run.dtype != "fp32" && run.dtype != "bf16" && run.dtype != "fp16")

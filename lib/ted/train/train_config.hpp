@@ -43,6 +43,9 @@ struct ParallelConfig {
   std::int64_t tile_elems = 0;  // tiled optimizer step; 0 = the whole shard
   bool split_experts = true;    // experts tensor-parallel; false: each tensor rank 1/T of tokens
   bool cac_all_reduce = false;  // CAC also keeps the tensor all-reduce outputs (needs cac)
+  // The MoE exchange in this many chunks along the capacity, each chunk's experts running while
+  // the next chunk's all-to-all is in flight (model/moe.hpp); 1: no overlap.
+  int overlap = 1;
 };
 
 // Where and in what precision a run computes (backend/registry.hpp).

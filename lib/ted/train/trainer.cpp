@@ -23,6 +23,7 @@ model::ModelParallel model_parallel(const ParallelConfig& p, TedGroups* groups) 
   m.reduce_scatter = p.reduce_scatter;
   m.cac = p.cac;
   m.cac_all_reduce = p.cac_all_reduce;
+  m.overlap = p.overlap;
   m.split_experts = p.split_experts;
   if (groups) {
     m.tensor = &groups->tensor();
