@@ -70,7 +70,10 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
       c.inter.bandwidth, c.inter.latency, c.inter.peer_latency);
   line("  Source: %s\n", c.source.c_str());
   text +=
-      "Time model (lib/ted/projection/time.hpp), per rank, nothing overlapped:\n"
+      "Time model (lib/ted/projection/time.hpp), per rank, nothing overlapped except with\n"
+      "  parallel.overlap = N: the MoE exchange in n = min(N, sent capacity) chunks pipelines\n"
+      "  all-to-alls and experts; per MoE layer and pass that communicates, with a its all-to-all\n"
+      "  time (n calls' latencies) and b its experts' GEMMs, (n - 1)/n x min(a, b) is hidden.\n"
       "  GEMMs shape by shape (forward; backward: input and weight gradient; the recompute with\n"
       "  checkpointing): max(waves of tiles over the units x 2 tile_m tile_n (k + k_overhead) at\n"
       "  the per-unit large-shape rate, the GEMM's bytes / memory bandwidth). Attention: two\n"

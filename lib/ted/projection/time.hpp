@@ -17,7 +17,12 @@
 // group of the kind that crosses it at the same time, and the slowest level sets the time; an
 // all-to-all spanning nodes pays a latency per peer. The slowest group of the kind counts (the
 // step waits for it). Ranks fill nodes in order, tensor fastest (process_grid.hpp).
-// Nothing overlaps: the schedule runs each collective and each kernel one after the other.
+// Nothing overlaps, except with parallel.overlap = N: the MoE exchange in n = min(N, sent
+// capacity) chunks is a pipeline, each chunk's all-to-alls in flight while another chunk's
+// experts compute, with one chunk to fill it and one to drain it. Per MoE layer and pass whose
+// exchange communicates (forward, a recompute without CAC, backward), with a the pass's
+// all-to-all time (its n calls' latencies included) and b its experts' GEMM time, the step
+// takes a + b - (n - 1)/n x min(a, b): that much all-to-all time is hidden.
 #pragma once
 
 #include <array>
@@ -35,6 +40,7 @@ struct StepTime {
   std::array<double, kCollectiveOpCount> collective{};  // s per CollectiveOp
   double compute = 0;                                   // gemm + memory_bound + optimizer
   double communication = 0;                             // sum of `collective`
+  double overlap_hidden = 0;  // all-to-all time hidden behind the experts (taken off collective)
   double total() const { return compute + communication; }
   double of(CollectiveOp op) const { return collective[static_cast<std::size_t>(op)]; }
 };
