@@ -2,9 +2,10 @@
 // (scripts/calibrate_cpu.sh writes them into experiments/clusters/cpu.yaml): cblas_sgemm at a
 // large shape (the practical peak) and at the CPU experiments' shapes (the rate their GEMMs
 // run at); the bandwidth of a plain element-wise pass (a = b + s * c) in cache and beyond; and
-// the rate of the suite's own element-wise work: the bytes the projection counts for the CPU
-// experiments' MoE block (projection::memory_bound_bytes) over the block's measured time less
-// its GEMMs' time at the measured sgemm rate. On a CPU the GeLU, softmax and LayerNorm kernels
+// the rate of the suite's own element-wise work: the bytes the projection counts for a step
+// shaped as the CPU experiments' (a dense and an MoE block of their width, checkpointed;
+// projection::memory_bound_bytes) over its measured time less its GEMMs' time at the measured
+// sgemm rate. On a CPU the GeLU, softmax and LayerNorm kernels
 // compute transcendentals and are far from bandwidth-bound, so this, not the triad, is the
 // rate the model's "memory-bound" work runs at here. Each checks its result before it reports.
 //
@@ -68,7 +69,13 @@ double sgemm_seconds(int m, int n, int k, int repeats) {
 // The block's element-wise rate, as described at the top.
 void elementwise(benchmark::State& state, ted::bench::BlockShape shape) {
   auto device = ted::make_cpu_device();
-  const auto config = ted::bench::one_moe_block(shape);
+  // Shaped as the CPU experiments' steps are: a dense block and an MoE block, full activation
+  // checkpointing (the recompute runs every element-wise pass of the blocks again).
+  auto config = ted::bench::one_moe_block(shape);
+  config.layers = 2;
+  config.expert_interval = 2;
+  config.checkpoint = true;
+  config.gate.min_capacity = 4;
   ted::model::GptModel<float> model(config, *device);
   ted::bench::BlockBatch data(shape);
   // One step first (warm-up, and the check of what runs), then the timed iterations.
@@ -108,7 +115,7 @@ void elementwise(benchmark::State& state, ted::bench::BlockShape shape) {
 
 }  // namespace
 
-// The CPU experiments' block (experiments/*/cpu.yaml: h128, 8 heads, 4 x 64 tokens, 8 experts).
+// The CPU experiments' blocks (experiments/*/cpu.yaml: h128, 8 heads, 4 x 64 tokens, 8 experts).
 BENCHMARK_CAPTURE(elementwise, cpu_block_h128, ted::bench::BlockShape{128, 8, 64, 4, 8, 1})
     ->Iterations(20)
     ->Unit(benchmark::kMillisecond);

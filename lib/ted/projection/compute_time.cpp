@@ -126,12 +126,16 @@ double memory_bound_bytes(const StepShape& s) {
   for (int l = 0; l < m.layers; ++l) {
     const double f0 = forward;
     pass(2, 3, w * X);       // LayerNorm 1: read x, write y | read x, dy, write dx
-    if (s.model.fused_attention())
+    if (s.model.fused_attention()) {
       // FlashAttention-2 keeps the scores on chip: read q, k, v, write o and each row's
-      // log-sum-exp | read q, k, v, o, do, write dq, dk, dv.
+      // log-sum-exp | read q, k, v, o, do, write dq, dk, dv; and the softmax work on each
+      // score, counted as one touch of it where it lives (forward: the exponential; backward:
+      // the exponential again and dS), at the element-wise rate.
       pass(4, 8, w * d.N * d.hl);
-    else
+      pass(1, 2, w * scores);
+    } else {
       pass(2, 3, w * scores);  // scale, causal mask, softmax (fused) | its backward
+    }
     pass(3, 3, w * X);       // bias + residual after the projection
     pass(2, 3, w * X);       // LayerNorm 2
     if (m.is_moe(l)) {
