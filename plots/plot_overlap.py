@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Overlap measured and projected: time per iteration of ted and of ted+overlapN (the MoE
 exchange in N chunks), the median over the rounds of scripts/measure_overlap.sh with their range,
-next to the projection's prediction for each; the saving against ted, measured and predicted,
-above each bar.
+next to the projection's prediction for each; the change against ted, measured and predicted,
+above each pair.
 
     /usr/bin/python3 plots/plot_overlap.py results/ablation/overlap_emulated_2x2-slow.csv \
         results/projection/validation_overlap_2x2-slow.csv plots/ablation_overlap_2x2-slow.png
@@ -34,15 +34,16 @@ def draw(inputs):
                  label="measured (median, range over rounds)" if i == 0 else None)
         axis.bar(i + width / 2, model[s], width, color="#dd8452",
                  label="projected" if i == 0 else None)
-        if s != base:
-            saved = 1 - median[s] / median[base]
-            saved_model = 1 - model[s] / model[base]
-            axis.annotate(f"measured -{saved:.0%}\nprojected -{saved_model:.0%}",
+        if s != base:  # the change of time per iteration against ted (negative: faster)
+            change = median[s] / median[base] - 1
+            change_model = model[s] / model[base] - 1
+            axis.annotate(f"measured {change:+.1%}\nprojected {change_model:+.1%}",
                           (i, max(high, model[s])), textcoords="offset points", xytext=(0, 6),
                           ha="center", fontsize=8)
     axis.set_xticks(range(len(systems)))
     axis.set_xticklabels(systems)
     axis.set_ylabel("time per iteration (ms)")
+    axis.set_ylim(0, max(max(max(v) for v in times.values()), max(model.values())) * 1.18)
     sample = measured[0]
     axis.set_title(f'Overlap of the expert all-to-all with expert compute: {sample["model"]}, '
                    f'T={sample["T"]} Ep={sample["Ep"]} D={sample["D"]}, {sample["backend"]}, '
