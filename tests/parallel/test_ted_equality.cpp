@@ -609,6 +609,27 @@ TEST_CASE("the parameter parts of the traffic model match the flat buffers") {
   }
 }
 
+// One step of `config` on a tracking device; every category's peak within 5% of the memory
+// model's. Returns the model's estimate.
+ted::projection::MemoryEstimate check_memory_model(const ted::train::TrainConfig& config,
+                                                   const ted::Layout& layout,
+                                                   ted::TedGroups& groups,
+                                                   ted::TrackingDevice& device) {
+  {
+    ted::train::Trainer trainer(config, device, layout.world_size() > 1 ? &groups : nullptr);
+    trainer.step(0);
+  }
+  const auto estimate = ted::projection::step_memory(shape_of(config, layout));
+  for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {
+    auto category = static_cast<ted::MemoryCategory>(c);
+    double measured = static_cast<double>(device.usage(category).peak);
+    double model = static_cast<double>(estimate.of(category));
+    INFO(ted::to_string(category) << ": model " << model << " vs allocator " << measured);
+    CHECK(std::abs(model - measured) <= 0.05 * std::max(measured, 1.0));
+  }
+  return estimate;
+}
+
 TEST_CASE("the memory model matches the allocator's peaks within 5%") {
   // The model replays the CPU backend's allocations; a GPU backend keeps its own scratch.
   if (!on_cpu()) {
@@ -629,21 +650,9 @@ TEST_CASE("the memory model matches the allocator's peaks within 5%") {
       config.model.checkpoint = sw.checkpoint;
       config.model.attention = sw.attention;
       config.run.dtype = ted::test::dtype();
+      INFO(layout.to_string() << ", " << sw.name << ", rank " << world.rank());
       ted::TrackingDevice device(ted::test::device());
-      {
-        ted::train::Trainer trainer(config, device, G > 1 ? &groups : nullptr);
-        trainer.step(0);
-      }
-      const auto estimate = ted::projection::step_memory(shape_of(config, layout));
-      for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {
-        auto category = static_cast<ted::MemoryCategory>(c);
-        double measured = static_cast<double>(device.usage(category).peak);
-        double model = static_cast<double>(estimate.of(category));
-        INFO(layout.to_string() << ", " << sw.name << ", " << ted::to_string(category) << ": model "
-                                << model << " vs allocator " << measured << ", rank "
-                                << world.rank());
-        CHECK(std::abs(model - measured) <= 0.05 * std::max(measured, 1.0));
-      }
+      const auto estimate = check_memory_model(config, layout, groups, device);
       // The projected peak (persistent state + the larger phase) against the allocator's true
       // peak: what fit verdicts use, so it must not fall short of it by more than the 5%. It
       // may exceed it: within the training phase it adds the activations' peak (at the LM head)
@@ -722,19 +731,7 @@ TEST_CASE("overlap in 2 and 3 chunks equals the single-process reference") {
             }
           if (on_cpu()) {  // memory: the chunks live in the plain exchange's buffers
             ted::TrackingDevice tracked(ted::test::device());
-            {
-              ted::train::Trainer trainer(one_step, tracked, G > 1 ? &groups : nullptr);
-              trainer.step(0);
-            }
-            const auto estimate = ted::projection::step_memory(shape_of(one_step, layout));
-            for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {
-              auto category = static_cast<ted::MemoryCategory>(c);
-              const double measured = static_cast<double>(tracked.usage(category).peak);
-              INFO(ted::to_string(category)
-                   << ": model " << estimate.of(category) << " vs allocator " << measured);
-              CHECK(std::abs(static_cast<double>(estimate.of(category)) - measured) <=
-                    0.05 * std::max(measured, 1.0));
-            }
+            check_memory_model(one_step, layout, groups, tracked);
           }
           if (layout.expert > 1) {  // the plain exchange moves the same bytes in fewer calls
             auto plain = one_step;

@@ -80,6 +80,18 @@ std::size_t chunk_at(const Chunking& k, int c, std::size_t blocks, int mult, int
          static_cast<std::size_t>(width);
 }
 
+struct ChunkView {
+  Plan q;                         // the chunk's plan
+  int Rc;                         // its expert rows per block
+  std::size_t at, at_rows, at_f;  // its start in sent-row, expert-row and hidden buffers
+};
+
+ChunkView view_of(const Plan& p, const Chunking& k, int c, int mult) {
+  const std::size_t blocks = p.blocks();
+  return {chunk_plan(p, k.rows(c)), mult * k.rows(c), chunk_at(k, c, blocks, 1, p.h),
+          chunk_at(k, c, blocks, mult, p.h), chunk_at(k, c, blocks, mult, p.f)};
+}
+
 template <typename T>
 constexpr DataType dtype() {
   return dtype_of<T>::value;
@@ -183,6 +195,17 @@ void gather_slices(Device& device, Communicator* tensor, const T* slice, T* full
   Tensor<T> ranks(device, count * static_cast<std::size_t>(p.T));
   tensor->all_gather(slice, ranks.data(), count, dtype<T>());
   rank_major_to_full(device, ranks.data(), full, p, blocks);
+}
+
+// A chunk's all-to-all output [blocks, rows, h] -> the experts' rows [blocks, Rc, h]: all-gathered
+// in the tensor group when split experts share the slices, else as it came.
+template <typename T>
+void to_expert_rows(Device& device, Communicator* tensor, const T* arrived, T* rows, const Plan& p,
+                    const ChunkView& v) {
+  if (p.slicing && p.split)
+    gather_slices(device, tensor, arrived, rows, v.q, p.blocks());
+  else
+    copy(device, rows, arrived, p.blocks() * v.Rc * p.h);
 }
 
 // Chunk c of an exchange's result back into the layer's [blocks, Cp, h] buffer: all-gathered
@@ -387,15 +410,12 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
   for (int c = 0; c < k.n; ++c) {
     if (c + 1 < k.n) start_dispatch(c + 1);
     finish(flight.first[c]);
-    const Plan q = chunk_plan(p, k.rows(c));
-    const int Rc = mult * k.rows(c);
-    const std::size_t at = chunk_at(k, c, blocks, 1, h), at_rows = chunk_at(k, c, blocks, mult, h),
-                      at_f = chunk_at(k, c, blocks, mult, p.f);
+    const ChunkView v = view_of(p, k, c, mult);
+    const Plan& q = v.q;
+    const int Rc = v.Rc;
+    const std::size_t at = v.at, at_rows = v.at_rows, at_f = v.at_f;
     T* in = acts.expert_in.data() + at_rows;
-    if (p.slicing && p.split)
-      gather_slices(device, exchange_cfg.tensor, arrived + at, in, q, blocks);
-    else
-      copy(device, in, arrived + at, blocks * Rc * h);
+    to_expert_rows(device, exchange_cfg.tensor, arrived + at, in, p, v);
 
     // Experts: W1 column-parallel, GeLU, W2 row-parallel (partial sums over the tensor group),
     // while the next chunk's dispatch and the earlier chunks' returns are in flight.
@@ -500,15 +520,12 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
   for (int c = 0; c < k.n; ++c) {
     if (c + 1 < k.n) start_first(c + 1);
     finish(flight.first[c]);
-    const Plan q = chunk_plan(p, k.rows(c));
-    const int Rc = mult * k.rows(c);
-    const std::size_t at = chunk_at(k, c, blocks, 1, h), at_rows = chunk_at(k, c, blocks, mult, h),
-                      at_f = chunk_at(k, c, blocks, mult, p.f);
+    const ChunkView v = view_of(p, k, c, mult);
+    const Plan& q = v.q;
+    const int Rc = v.Rc;
+    const std::size_t at = v.at, at_rows = v.at_rows, at_f = v.at_f;
     T* g_out = d_out.data() + at_rows;
-    if (p.slicing && p.split)
-      gather_slices(device, exchange_cfg.tensor, d_back.data() + at, g_out, q, blocks);
-    else
-      copy(device, g_out, d_back.data() + at, blocks * Rc * h);
+    to_expert_rows(device, exchange_cfg.tensor, d_back.data() + at, g_out, p, v);
 
     T* g_in = d_in.data() + at_rows;
     experts_backward_chunk(ops, params, acts.expert_in.data() + at_rows, acts.hidden.data() + at_f,
