@@ -125,7 +125,7 @@ double memory_bound_bytes(const StepShape& s) {
   double layers_fwd = 0;  // the blocks' forward, which the recompute runs again
   for (int l = 0; l < m.layers; ++l) {
     const double f0 = forward;
-    pass(2, 3, w * X);       // LayerNorm 1: read x, write y | read x, dy, write dx
+    pass(2, 3, w * X);  // LayerNorm 1: read x, write y | read x, dy, write dx
     if (s.model.fused_attention()) {
       // FlashAttention-2 keeps the scores on chip: read q, k, v, write o and each row's
       // log-sum-exp | read q, k, v, o, do, write dq, dk, dv; and the softmax work on each
@@ -136,8 +136,8 @@ double memory_bound_bytes(const StepShape& s) {
     } else {
       pass(2, 3, w * scores);  // scale, causal mask, softmax (fused) | its backward
     }
-    pass(3, 3, w * X);       // bias + residual after the projection
-    pass(2, 3, w * X);       // LayerNorm 2
+    pass(3, 3, w * X);  // bias + residual after the projection
+    pass(2, 3, w * X);  // LayerNorm 2
     if (m.is_moe(l)) {
       pass(2, 3, mw * d.N * d.E);  // gate softmax and top-k over the fp32 logits
       // Dispatch: tokens copied into the capacity buffer, the DTD slice and the all-gather's
@@ -221,12 +221,14 @@ double overlap_hidden(const StepShape& s, const Cluster& c, double all_to_all, d
   const double passes = (forwards + 1) * moe_layers * s.micro_batches;
   const double a = all_to_all / passes;
   const double w = static_cast<double>(s.element_bytes), local = d.E / d.Ep;
-  const GemmShape fc1{d.expert_rows, d.expert_f, d.h, local}, fc2{d.expert_rows, d.h, d.expert_f, local};
+  const GemmShape fc1{d.expert_rows, d.expert_f, d.h, local},
+      fc2{d.expert_rows, d.h, d.expert_f, local};
   double forward = 0, backward = 0;
   for (const auto& g : {fc1, fc2}) {
     forward += gemm_time(g, c, w) / share;
-    backward += (gemm_time({g.m, g.k, g.n, g.count}, c, w) + gemm_time({g.k, g.n, g.m, g.count}, c, w)) /
-                share;
+    backward +=
+        (gemm_time({g.m, g.k, g.n, g.count}, c, w) + gemm_time({g.k, g.n, g.m, g.count}, c, w)) /
+        share;
   }
   return (n - 1) / n * moe_layers * s.micro_batches *
          (forwards * std::min(a, forward) + std::min(a, backward));
