@@ -426,17 +426,21 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
     // Reduce over the tensor group and send back: [Ep, El, Rc, h] -> [E, rows, h]. Under CAC
     // with stash_reduction the forward keeps the reduced output and the recompute reuses it.
     auto reduce_or_reuse = [&](T* data, std::size_t count, auto&& reduce) {
-      T* stashed = acts.reduction_stash.data() + reduced_at;
+      if (!exchange_cfg.stash_reduction) {
+        reduce();
+        return;
+      }
+      const std::size_t at_stash = reduced_at;
       reduced_at += count;
-      if (exchange_cfg.stash_reduction && exchange_cfg.reuse_stash) {
+      if (exchange_cfg.reuse_stash) {
         TED_CHECK(acts.reduction_stash.size() >= reduced_at,
                   "CAC recompute without a reduction stash");
-        copy(device, data, stashed, count);
+        copy(device, data, acts.reduction_stash.data() + at_stash, count);
         return;
       }
       reduce();
-      if (exchange_cfg.stash_reduction && exchange_cfg.keep_stash)
-        copy(device, stashed, data, count);
+      if (exchange_cfg.keep_stash)
+        copy(device, acts.reduction_stash.data() + at_stash, data, count);
     };
     // out rows of block b (local expert b mod El) += b2[expert].
     auto add_expert_bias = [&](T* rows_out, int block_rows) {
