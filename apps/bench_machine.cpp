@@ -67,15 +67,18 @@ double sgemm_seconds(int m, int n, int k, int repeats) {
 }
 
 // The block's element-wise rate, as described at the top.
-void elementwise(benchmark::State& state, ted::bench::BlockShape shape) {
+// blocks: 1, one MoE block (the smoke check's tiny one); 2, the experiments' shape.
+void elementwise(benchmark::State& state, ted::bench::BlockShape shape, int blocks) {
   auto device = ted::make_cpu_device();
-  // Shaped as the CPU experiments' steps are: a dense block and an MoE block, full activation
-  // checkpointing (the recompute runs every element-wise pass of the blocks again).
+  // With 2 blocks shaped as the CPU experiments' steps are: a dense block and an MoE block, full
+  // activation checkpointing (the recompute runs every element-wise pass of the blocks again).
   auto config = ted::bench::one_moe_block(shape);
-  config.layers = 2;
-  config.expert_interval = 2;
-  config.checkpoint = true;
-  config.gate.min_capacity = 4;
+  if (blocks == 2) {
+    config.layers = 2;
+    config.expert_interval = 2;
+    config.checkpoint = true;
+    config.gate.min_capacity = 4;
+  }
   ted::model::GptModel<float> model(config, *device);
   ted::bench::BlockBatch data(shape);
   // One step first (warm-up, and the check of what runs), then the timed iterations.
@@ -116,7 +119,7 @@ void elementwise(benchmark::State& state, ted::bench::BlockShape shape) {
 }  // namespace
 
 // The CPU experiments' blocks (experiments/*/cpu.yaml: h128, 8 heads, 4 x 64 tokens, 8 experts).
-BENCHMARK_CAPTURE(elementwise, cpu_block_h128, ted::bench::BlockShape{128, 8, 64, 4, 8, 1})
+BENCHMARK_CAPTURE(elementwise, cpu_block_h128, ted::bench::BlockShape{128, 8, 64, 4, 8, 1}, 2)
     ->Iterations(20)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(sgemm, large_2048x2048x512, 2048, 2048, 512)
@@ -142,6 +145,6 @@ BENCHMARK_CAPTURE(triad, dram_256MiB, std::size_t(256) << 20)->UseRealTime()->Mi
 // Small cases for CTest's smoke run.
 BENCHMARK_CAPTURE(sgemm, tiny, 64, 64, 32)->Iterations(3);
 BENCHMARK_CAPTURE(triad, tiny, 64 << 10)->Iterations(3);
-BENCHMARK_CAPTURE(elementwise, tiny, ted::bench::BlockShape{32, 4, 16, 4, 4, 2})->Iterations(1);
+BENCHMARK_CAPTURE(elementwise, tiny, ted::bench::BlockShape{32, 4, 16, 4, 4, 2}, 1)->Iterations(1);
 
 BENCHMARK_MAIN();
