@@ -18,26 +18,14 @@
 #include <vector>
 
 #include "moe_block.hpp"
+#include "sgemm_bench.hpp"
 #include "ted/backend/device.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 #include "ted/projection/time.hpp"
 
 namespace {
 
-// C[m, n] = A[m, k] B[k, n].
-void sgemm(benchmark::State& state, int m, int n, int k) {
-  std::vector<float> a(static_cast<std::size_t>(m) * k, 0.5f),
-      b(static_cast<std::size_t>(k) * n, 0.25f);
-  std::vector<float> c(static_cast<std::size_t>(m) * n);
-  for (auto _ : state) {
-    ted::kernels::cpu::gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(),
-                            n);
-    benchmark::DoNotOptimize(c.data());
-  }
-  if (c[c.size() - 1] != 0.125f * k) state.SkipWithError("sgemm result is wrong");
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * m * n * k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-}
+using ted::bench::sgemm;  // sgemm_bench.hpp
 
 // a = b + 3 c over `bytes` bytes per array: two reads and one write per element.
 void triad(benchmark::State& state, std::size_t bytes) {

@@ -15,11 +15,14 @@
 #include <vector>
 
 #include "moe_block.hpp"
+#include "sgemm_bench.hpp"
 #include "ted/backend/device.hpp"
 #include "ted/backend/memory.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 
 namespace {
+
+using ted::bench::sgemm;  // sgemm_bench.hpp
 
 using ted::bench::BlockShape;
 
@@ -49,21 +52,6 @@ void moe_block(benchmark::State& state, BlockShape shape) {
       static_cast<double>(device.usage(ted::MemoryCategory::activations).peak) / (1 << 20);
   state.counters["tok/s"] =
       benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
-}
-
-// C[m, n] = A[m, k] B[k, n], the expert FFN's first GEMM at full capacity.
-void sgemm(benchmark::State& state, int m, int n, int k) {
-  std::vector<float> a(static_cast<std::size_t>(m) * k, 0.5f),
-      b(static_cast<std::size_t>(k) * n, 0.25f);
-  std::vector<float> c(static_cast<std::size_t>(m) * n);
-  for (auto _ : state) {
-    ted::kernels::cpu::gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(),
-                            n);
-    benchmark::DoNotOptimize(c.data());
-  }
-  if (c[0] != 0.125f * k) state.SkipWithError("sgemm result is wrong");
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * m * n * k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
