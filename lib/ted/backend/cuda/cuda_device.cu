@@ -1,10 +1,12 @@
 #include "ted/backend/cuda/cuda_check.hpp"
 #include "ted/backend/cuda/cuda_device.hpp"
+#include "ted/backend/cuda/launch.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace ted::cuda {
@@ -23,9 +25,16 @@ void launch_fill(void* data, std::size_t count, T value, cudaStream_t stream) {
   constexpr int threads = 256;
   std::size_t blocks = (count + threads - 1) / threads;
   if (blocks > 65535) blocks = 65535;
-  fill_kernel<T>
-      <<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<T*>(data), count, value);
-  TED_CHECK_CUDA(cudaGetLastError());
+  launch<fill_kernel<T>>(static_cast<unsigned>(blocks), threads, 0, stream, static_cast<T*>(data),
+                         count, value);
+}
+
+// Gives the memory the device's pool keeps (freed, not returned) back to the GPU: what
+// cudaMalloc-based allocations (cuBLAS's workspace, NCCL's buffers) and the free-memory check
+// of the next run need. Live allocations are untouched.
+void trim_pool(int ordinal) {
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
 }
 
 // Memory is stream-ordered (cudaMallocAsync / cudaFreeAsync on the device's stream) from the
@@ -44,6 +53,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
+    trim_pool(ordinal_);  // a sweep's next point starts with the memory this one freed
   }
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
@@ -133,6 +143,7 @@ class CudaDevice final : public Device {
   void synchronize() override { TED_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
 
   cudaStream_t stream() const { return stream_; }
+  int ordinal() const { return ordinal_; }
 
  private:
   int ordinal_;
@@ -152,6 +163,57 @@ int device_count() {
 
 std::unique_ptr<Device> make_cuda_device(int ordinal) {
   return std::make_unique<CudaDevice>(ordinal);
+}
+
+GpuIdentity gpu_identity(int ordinal) {
+  cudaDeviceProp properties{};
+  TED_CHECK_CUDA(cudaGetDeviceProperties(&properties, ordinal));
+  static const char* digits = "0123456789abcdef";
+  GpuIdentity identity;
+  for (unsigned char byte : properties.uuid.bytes) {
+    identity.uuid += digits[byte >> 4];
+    identity.uuid += digits[byte & 15];
+  }
+  identity.name = properties.name;
+  int mode = cudaComputeModeDefault;  // an attribute: CUDA 13's cudaDeviceProp has no computeMode
+  TED_CHECK_CUDA(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, ordinal));
+  identity.exclusive_process = mode == cudaComputeModeExclusiveProcess;
+  return identity;
+}
+
+void release_cached_memory(Device& device) {
+  auto* cuda_device = dynamic_cast<CudaDevice*>(&device.base());
+  TED_CHECK(cuda_device != nullptr,
+            "release_cached_memory needs a CUDA device, got " + device.name());
+  device.synchronize();  // frees queued on the stream have happened
+  trim_pool(cuda_device->ordinal());
+}
+
+bool debug_launches() {
+  static const bool on = [] {
+    const char* value = std::getenv("TED_CUDA_DEBUG");
+    return value && *value && std::string(value) != "0";
+  }();
+  return on;
+}
+
+std::string kernel_name_from(const char* pretty_function) {
+  const std::string text(pretty_function);
+  std::size_t at = text.find("Kernel = ");
+  if (at == std::string::npos) return text;
+  at += 9;
+  return text.substr(at, text.find_first_of(";]", at) - at);
+}
+
+void launch_failed(const std::string& kernel, cudaError_t error, dim3 grid, dim3 block,
+                   std::size_t shared_bytes, bool ran) {
+  auto dims = [](dim3 d) {
+    return std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z);
+  };
+  throw Error("CUDA: kernel " + kernel + " (grid " + dims(grid) + ", block " + dims(block) + ", " +
+              std::to_string(shared_bytes) + " bytes of dynamic shared memory) " +
+              (ran ? "failed while running: " : "was refused: ") + cudaGetErrorString(error) +
+              ", " + device_tag());
 }
 
 cudaStream_t stream_of(Device& device) {

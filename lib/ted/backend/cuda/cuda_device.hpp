@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 
 #include "ted/backend/device.hpp"
 
@@ -15,5 +16,18 @@ std::unique_ptr<Device> make_cuda_device(int ordinal);
 // The stream of a device made by make_cuda_device, or of a wrapper around one (kernels and
 // communicators queue their work on it).
 cudaStream_t stream_of(Device& device);
+
+// What identifies a GPU across processes (its UUID, in hex) and whether its compute mode lets
+// only one process use it.
+struct GpuIdentity {
+  std::string uuid;
+  std::string name;
+  bool exclusive_process = false;
+};
+GpuIdentity gpu_identity(int ordinal);
+
+// Waits for the device and returns the memory its pool keeps to the GPU. Called before
+// libraries take GPU memory of their own (cuBLAS, NCCL) and when a device goes away.
+void release_cached_memory(Device& device);
 
 }  // namespace ted::cuda

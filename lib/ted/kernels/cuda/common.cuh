@@ -1,6 +1,7 @@
 // What the CUDA kernel sources share: the context's innards, fp32 loads and stores of the
 // storage types (through the TED_HOST_DEVICE conversions of dtype.hpp, so the GPU rounds as
-// the CPU backend does), launch sizes and block reductions. Included only by .cu files.
+// the CPU backend does), launches and their sizes, dynamic shared memory and block
+// reductions. Included only by .cu files.
 #pragma once
 
 #include <cublas_v2.h>
@@ -10,6 +11,7 @@
 #include <cstdint>
 
 #include "ted/backend/cuda/cuda_check.hpp"
+#include "ted/backend/cuda/launch.hpp"
 #include "ted/core/dtype.hpp"
 #include "ted/kernels/cuda/kernels.hpp"
 
@@ -21,6 +23,10 @@
           "cuBLAS", #stmt, __FILE__, __LINE__,                                                    \
           std::string(cublasGetStatusString(ted_cublas_rc_)) + ", " + ::ted::cuda::device_tag()); \
   } while (0)
+
+// Dynamic shared memory, declared once at file scope (as CUDA allows) and viewed through
+// dynamic_shared<T>() below.
+extern __shared__ float4 ted_dynamic_shared[];
 
 namespace ted::kernels::cuda {
 
@@ -53,12 +59,36 @@ inline unsigned blocks_for(std::size_t count, int threads = kThreads) {
   return static_cast<unsigned>(blocks);
 }
 
+// The first pass of a deterministic sum: at most this many blocks, each writing its partial
+// to its own slot (blocks never meet in an atomic, whose order would be the GPU's and would
+// change the last bits from run to run); add_partials is the second pass.
+constexpr unsigned kPartialBlocks = 1024;
+inline unsigned partial_blocks(std::size_t count) {
+  const unsigned blocks = blocks_for(count);
+  return blocks < kPartialBlocks ? blocks : kPartialBlocks;
+}
+// *total += partials[0] + ... + partials[n - 1], in a fixed order (optimizer.cu).
+void add_partials(Context& ctx, const double* partials, unsigned n, double* total);
+
+// Threads for a kernel that gives one block a row of `width` elements and reduces over the
+// block: the row rounded up to whole warps, at most kThreads, so a narrow row (a small model's
+// hidden size, a short sequence) does not keep idle warps waiting at every barrier.
+inline unsigned threads_for(int width) {
+  const int warps = (width + 31) / 32;
+  const int threads = 32 * (warps < 1 ? 1 : warps);
+  return static_cast<unsigned>(threads < kThreads ? threads : kThreads);
+}
+
 #define TED_GRID_STRIDE(i, count)                                                       \
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; \
        i < (count); i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
-inline void check_launch() {
-  TED_CHECK_CUDA(cudaGetLastError());
+using ted::cuda::launch;  // launch<kernel>(grid, block, shared bytes, stream, args...)
+
+// The launch's dynamic shared memory (its third launch argument), as T*.
+template <typename T>
+__device__ __forceinline__ T* dynamic_shared() {
+  return reinterpret_cast<T*>(ted_dynamic_shared);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

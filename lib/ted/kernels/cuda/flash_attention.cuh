@@ -2,11 +2,12 @@
 // (kernels/cpu/flash_attention.hpp): scores exist one tile at a time in shared memory, each
 // row's log-sum-exp is kept for the backward, which recomputes the scores tile by tile.
 // Written for clarity over speed (fp32 in shared memory, no tensor cores):
-//   forward:  one block per (query tile, sequence x head); it walks the key tiles at or before
+//   forward:  one block per (sequence x head, query tile); it walks the key tiles at or before
 //             its queries, keeping the running max, sum and output of each row (online softmax);
-//   backward: one block per (key tile, sequence x head); it walks the query tiles at or after
+//   backward: one block per (sequence x head, key tile); it walks the query tiles at or after
 //             its keys, accumulating dK and dV in shared memory and adding dQ into an fp32
 //             buffer with atomics (so dQ's sums run in no fixed order).
+// Sequence x head is the grid's x (up to 2^31 - 1 blocks), the tile its y (at most 65535).
 // Included by layers.cu only.
 #pragma once
 
@@ -40,10 +41,10 @@ int pick_tile(int d, Bytes bytes) {
 template <typename T>
 __global__ void forward_kernel(const T* qkv, T* out, float* lse, int seq, int heads, int h,
                                int tile, float scale) {
-  extern __shared__ float shared[];
+  float* shared = dynamic_shared<float>();
   const int d = h / heads, ld = 3 * h, dp = d + 1, sp = tile + 1;
-  const int b = blockIdx.y / heads, head = blockIdx.y % heads;
-  const int i0 = blockIdx.x * tile, rows = min(tile, seq - i0);
+  const int b = blockIdx.x / heads, head = blockIdx.x % heads;
+  const int i0 = blockIdx.y * tile, rows = min(tile, seq - i0);
   float* qs = shared;
   float* ks = qs + tile * dp;
   float* vs = ks + tile * dp;
@@ -116,7 +117,7 @@ __global__ void forward_kernel(const T* qkv, T* out, float* lse, int seq, int he
     o[static_cast<std::size_t>(i0 + r) * h + c] = store<T>(acc[r * dp + c] / l[r]);
   }
   for (int r = threadIdx.x; r < rows; r += blockDim.x)
-    lse[static_cast<std::size_t>(blockIdx.y) * seq + i0 + r] = m[r] + logf(l[r]);
+    lse[static_cast<std::size_t>(blockIdx.x) * seq + i0 + r] = m[r] + logf(l[r]);
 }
 
 // delta[(b, head), i] = sum_c dO[i, c] O[i, c], one warp per row.
@@ -140,10 +141,10 @@ template <typename T>
 __global__ void backward_kernel(const T* qkv, const float* lse, const float* delta, const T* d_out,
                                 T* d_qkv, float* dq, int seq, int heads, int h, int tile,
                                 float scale) {
-  extern __shared__ float shared[];
+  float* shared = dynamic_shared<float>();
   const int d = h / heads, ld = 3 * h, dp = d + 1, sp = tile + 1;
-  const int b = blockIdx.y / heads, head = blockIdx.y % heads;
-  const int j0 = blockIdx.x * tile, cols = min(tile, seq - j0);
+  const int b = blockIdx.x / heads, head = blockIdx.x % heads;
+  const int j0 = blockIdx.y * tile, cols = min(tile, seq - j0);
   float* ks = shared;
   float* vs = ks + tile * dp;
   float* dks = vs + tile * dp;
@@ -156,8 +157,8 @@ __global__ void backward_kernel(const T* qkv, const float* lse, const float* del
   float* row_delta = row_lse + tile;
   const T* base = qkv + static_cast<std::size_t>(b) * seq * ld + head * d;
   const T* dout = d_out + static_cast<std::size_t>(b) * seq * h + head * d;
-  const float* stats = lse + static_cast<std::size_t>(blockIdx.y) * seq;
-  const float* deltas = delta + static_cast<std::size_t>(blockIdx.y) * seq;
+  const float* stats = lse + static_cast<std::size_t>(blockIdx.x) * seq;
+  const float* deltas = delta + static_cast<std::size_t>(blockIdx.x) * seq;
   for (int e = threadIdx.x; e < tile * d; e += blockDim.x) {
     const int r = e / d, c = e % d;
     const std::size_t row = static_cast<std::size_t>(j0 + r) * ld;
@@ -235,6 +236,16 @@ __global__ void write_dq_kernel(const float* dq, T* d_qkv, std::size_t rows, int
   }
 }
 
+// x: sequence x head; y: the tiles of a sequence.
+inline dim3 grid_of(int batch, int heads, int seq, int tile) {
+  const int tiles = (seq + tile - 1) / tile;
+  TED_CHECK(tiles <= 65535, "fused attention: " + std::to_string(seq) + " positions make " +
+                                std::to_string(tiles) + " tiles of " + std::to_string(tile) +
+                                ", more than a grid's 65535");
+  return dim3(static_cast<unsigned>(static_cast<std::int64_t>(batch) * heads),
+              static_cast<unsigned>(tiles));
+}
+
 template <typename Kernel>
 void allow_shared(Kernel kernel, std::size_t bytes) {
   if (bytes > kDefaultShared)
@@ -252,10 +263,9 @@ void flash_attention_forward(Context& ctx, const T* qkv, T* out, float* lse, int
   const int tile = flash::pick_tile(d, flash::forward_shared);
   const std::size_t bytes = flash::forward_shared(tile, d);
   flash::allow_shared(flash::forward_kernel<T>, bytes);
-  const dim3 grid((seq + tile - 1) / tile, batch * heads);
-  flash::forward_kernel<T><<<grid, flash::kThreads, bytes, stream(ctx)>>>(
-      qkv, out, lse, seq, heads, h, tile, 1.0f / std::sqrt(static_cast<float>(d)));
-  check_launch();
+  const dim3 grid = flash::grid_of(batch, heads, seq, tile);
+  launch<flash::forward_kernel<T>>(grid, flash::kThreads, bytes, stream(ctx), qkv, out, lse, seq,
+                                   heads, h, tile, 1.0f / std::sqrt(static_cast<float>(d)));
 }
 
 template <typename T>
@@ -268,21 +278,18 @@ void flash_attention_backward(Context& ctx, const T* qkv, const T* out, const fl
   Tensor<float> dq(ctx.device(), rows * h);
   TED_CHECK_CUDA(cudaMemsetAsync(dq.data(), 0, dq.size() * sizeof(float), stream(ctx)));
   const std::size_t delta_threads = delta.size() * 32;
-  flash::delta_kernel<T>
-      <<<static_cast<unsigned>((delta_threads + kThreads - 1) / kThreads), kThreads, 0,
-         stream(ctx)>>>(out, d_out, delta.data(), batch, seq, heads, h);
-  check_launch();
+  launch<flash::delta_kernel<T>>(static_cast<unsigned>((delta_threads + kThreads - 1) / kThreads),
+                                 kThreads, 0, stream(ctx), out, d_out, delta.data(), batch, seq,
+                                 heads, h);
   const int tile = flash::pick_tile(d, flash::backward_shared);
   const std::size_t bytes = flash::backward_shared(tile, d);
   flash::allow_shared(flash::backward_kernel<T>, bytes);
-  const dim3 grid((seq + tile - 1) / tile, batch * heads);
-  flash::backward_kernel<T><<<grid, flash::kThreads, bytes, stream(ctx)>>>(
-      qkv, lse, delta.data(), d_out, d_qkv, dq.data(), seq, heads, h, tile,
-      1.0f / std::sqrt(static_cast<float>(d)));
-  check_launch();
-  flash::write_dq_kernel<T>
-      <<<blocks_for(rows * h), kThreads, 0, stream(ctx)>>>(dq.data(), d_qkv, rows, h);
-  check_launch();
+  const dim3 grid = flash::grid_of(batch, heads, seq, tile);
+  launch<flash::backward_kernel<T>>(grid, flash::kThreads, bytes, stream(ctx), qkv, lse,
+                                    delta.data(), d_out, d_qkv, dq.data(), seq, heads, h, tile,
+                                    1.0f / std::sqrt(static_cast<float>(d)));
+  launch<flash::write_dq_kernel<T>>(blocks_for(rows * h), kThreads, 0, stream(ctx), dq.data(),
+                                    d_qkv, rows, h);
 }
 
 }  // namespace ted::kernels::cuda

@@ -11,6 +11,8 @@ Context::Context(Device& device) : device_(device), impl_(std::make_unique<Impl>
   TED_CHECK(device.kind() == DeviceKind::cuda,
             "a CUDA kernel context needs a CUDA device, got " + device.name());
   impl_->stream = ted::cuda::stream_of(device);
+  // cuBLAS takes its workspace with cudaMalloc, which cannot use what the device's pool keeps.
+  ted::cuda::release_cached_memory(device);
   TED_CHECK_CUBLAS(cublasCreate(&impl_->blas));
   TED_CHECK_CUBLAS(cublasSetStream(impl_->blas, impl_->stream));
   // No TF32: the fp32 path is held to the CPU reference at ~1e-5.

@@ -227,12 +227,13 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const std::int32_
   }
 }
 
-__global__ void sum_kernel(const float* values, std::size_t count, double* total) {
+// Per block, its rows' losses summed; add_partials adds the blocks' sums in a fixed order.
+__global__ void sum_kernel(const float* values, std::size_t count, double* partials) {
   __shared__ float shared[32];
   float part = 0;
   TED_GRID_STRIDE(i, count) part += values[i];
   part = block_sum(part, shared);
-  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(part));
+  if (threadIdx.x == 0) partials[blockIdx.x] = part;
 }
 
 template <typename T>
@@ -260,6 +261,13 @@ __global__ void embedding_backward_kernel(const std::int32_t* tokens, const T* d
 
 constexpr int kRowChunk = 256;  // rows per partial sum in the column reductions
 
+// Rows per chunk of a column reduction over `rows` rows: kRowChunk, or more where that would
+// need more chunks than a grid's y dimension has (65535).
+int row_chunk(int rows) {
+  const int needed = static_cast<int>((static_cast<std::int64_t>(rows) + 65534) / 65535);
+  return needed > kRowChunk ? needed : kRowChunk;
+}
+
 }  // namespace
 
 template <typename From, typename To>
@@ -270,16 +278,14 @@ void convert(Context& ctx, const From* src, To* dst, std::size_t count) {
       TED_CHECK_CUDA(
           cudaMemcpyAsync(dst, src, count * sizeof(To), cudaMemcpyDeviceToDevice, stream(ctx)));
   } else {
-    convert_kernel<From, To><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(src, dst, count);
-    check_launch();
+    launch<convert_kernel<From, To>>(blocks_for(count), kThreads, 0, stream(ctx), src, dst, count);
   }
 }
 
 template <typename T>
 void add(Context& ctx, const T* a, T* y, std::size_t count) {
   if (!count) return;
-  add_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(a, y, count);
-  check_launch();
+  launch<add_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), a, y, count);
 }
 
 template <typename T>
@@ -287,28 +293,26 @@ void add_bias(Context& ctx, T* y, const T* bias, int rows, int width, int rows_p
               int biases) {
   const std::size_t count = static_cast<std::size_t>(rows) * width;
   if (!count) return;
-  add_bias_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(y, bias, rows, width,
-                                                                      rows_per_bias, biases);
-  check_launch();
+  launch<add_bias_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), y, bias, rows, width,
+                             rows_per_bias, biases);
 }
 
 template <typename T>
 void bias_grad(Context& ctx, const T* dy, float* db, int rows, int width, int rows_per_bias,
                int biases) {
   if (rows == 0 || width == 0) return;
-  dim3 grid((width + 127) / 128, (rows + kRowChunk - 1) / kRowChunk);
-  bias_grad_kernel<T>
-      <<<grid, 128, 0, stream(ctx)>>>(dy, db, rows, width, rows_per_bias, biases, kRowChunk);
-  check_launch();
+  const int chunk = row_chunk(rows);
+  const dim3 grid((width + 127) / 128, (rows + chunk - 1) / chunk);
+  launch<bias_grad_kernel<T>>(grid, 128, 0, stream(ctx), dy, db, rows, width, rows_per_bias, biases,
+                              chunk);
 }
 
 template <typename T>
 void init_normal(Context& ctx, T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
                  double std, const model::SliceMap& map) {
   if (!count) return;
-  init_normal_kernel<T>
-      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(dst, count, seed, key, std, map);
-  check_launch();
+  launch<init_normal_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), dst, count, seed, key,
+                                std, map);
 }
 
 template <typename T>
@@ -338,8 +342,8 @@ template <typename T>
 void layernorm_forward(Context& ctx, const T* x, const T* gamma, const T* beta, T* y, float* mean,
                        float* rstd, int n, int h) {
   if (n == 0) return;
-  layernorm_forward_kernel<T><<<n, kThreads, 0, stream(ctx)>>>(x, gamma, beta, y, mean, rstd, h);
-  check_launch();
+  launch<layernorm_forward_kernel<T>>(n, threads_for(h), 0, stream(ctx), x, gamma, beta, y, mean,
+                                      rstd, h);
 }
 
 template <typename T>
@@ -347,35 +351,32 @@ void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* m
                         const float* rstd, const T* dy, T* dx, float* dgamma, float* dbeta, int n,
                         int h) {
   if (n == 0) return;
-  layernorm_backward_dx_kernel<T><<<n, kThreads, 0, stream(ctx)>>>(x, gamma, mean, rstd, dy, dx, h);
-  check_launch();
-  dim3 grid((h + 127) / 128, (n + kRowChunk - 1) / kRowChunk);
-  layernorm_backward_params_kernel<T>
-      <<<grid, 128, 0, stream(ctx)>>>(x, mean, rstd, dy, dgamma, dbeta, n, h, kRowChunk);
-  check_launch();
+  launch<layernorm_backward_dx_kernel<T>>(n, threads_for(h), 0, stream(ctx), x, gamma, mean, rstd,
+                                          dy, dx, h);
+  const int chunk = row_chunk(n);
+  const dim3 grid((h + 127) / 128, (n + chunk - 1) / chunk);
+  launch<layernorm_backward_params_kernel<T>>(grid, 128, 0, stream(ctx), x, mean, rstd, dy, dgamma,
+                                              dbeta, n, h, chunk);
 }
 
 template <typename T>
 void gelu_forward(Context& ctx, const T* x, T* y, std::size_t count) {
   if (!count) return;
-  gelu_forward_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(x, y, count);
-  check_launch();
+  launch<gelu_forward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), x, y, count);
 }
 
 template <typename T>
 void gelu_backward(Context& ctx, const T* x, const T* dy, T* dx, std::size_t count) {
   if (!count) return;
-  gelu_backward_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(x, dy, dx, count);
-  check_launch();
+  launch<gelu_backward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), x, dy, dx, count);
 }
 
 template <typename T>
 void bias_gelu_forward(Context& ctx, T* hidden, const T* bias, T* act, int rows, int width) {
   const std::size_t count = static_cast<std::size_t>(rows) * width;
   if (!count) return;
-  bias_gelu_kernel<T>
-      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(hidden, bias, act, count, width);
-  check_launch();
+  launch<bias_gelu_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), hidden, bias, act, count,
+                              width);
 }
 
 template <typename T>
@@ -388,9 +389,8 @@ template <typename T>
 void add_bias_residual(Context& ctx, T* y, const T* bias, const T* residual, int rows, int width) {
   const std::size_t count = static_cast<std::size_t>(rows) * width;
   if (!count) return;
-  add_bias_residual_kernel<T>
-      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(y, bias, residual, count, width);
-  check_launch();
+  launch<add_bias_residual_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), y, bias,
+                                      residual, count, width);
 }
 
 // Per sequence b, the heads are one strided batch: head j's q, k, v are columns j*d of their
@@ -408,9 +408,9 @@ void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, 
     gemm_batched<T>(ctx, false, true, seq, seq, d, scale, base, ld, d, base + h, ld, d, 0.0f, p,
                     seq, square, heads);
   }
-  causal_softmax_kernel<T><<<static_cast<unsigned>(static_cast<std::int64_t>(batch) * heads * seq),
-                             kThreads, 0, stream(ctx)>>>(probs, seq);
-  check_launch();
+  launch<causal_softmax_kernel<T>>(
+      static_cast<unsigned>(static_cast<std::int64_t>(batch) * heads * seq), threads_for(seq), 0,
+      stream(ctx), probs, seq);
   for (int b = 0; b < batch; ++b) {
     const T* v = qkv + static_cast<std::int64_t>(b) * seq * ld + 2 * h;
     const T* p = probs + static_cast<std::int64_t>(b) * heads * square;
@@ -442,9 +442,8 @@ void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_o
                     d, heads);
     gemm_batched<T>(ctx, false, true, seq, seq, d, 1.0f, dout, h, d, v, ld, d, 0.0f, scratch.data(),
                     seq, square, heads);
-    softmax_backward_kernel<T><<<static_cast<unsigned>(heads * seq), kThreads, 0, stream(ctx)>>>(
-        p, scratch.data(), seq, scale);
-    check_launch();
+    launch<softmax_backward_kernel<T>>(static_cast<unsigned>(heads * seq), threads_for(seq), 0,
+                                       stream(ctx), p, scratch.data(), seq, scale);
     // dQ = dS K; dK = dS^T Q
     gemm_batched<T>(ctx, false, false, seq, d, seq, 1.0f, scratch.data(), seq, square, k, ld, d,
                     0.0f, dq, ld, d, heads);
@@ -459,11 +458,12 @@ double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* tar
   if (n == 0) return 0.0;
   Tensor<float> row_loss(ctx.device(), static_cast<std::size_t>(n));
   Tensor<double> total = zeros<double>(ctx.device(), 1);
-  cross_entropy_loss_kernel<T>
-      <<<n, kThreads, 0, stream(ctx)>>>(logits, targets, log_sum, row_loss.data(), vocab);
-  check_launch();
-  sum_kernel<<<blocks_for(n), kThreads, 0, stream(ctx)>>>(row_loss.data(), n, total.data());
-  check_launch();
+  launch<cross_entropy_loss_kernel<T>>(n, threads_for(vocab), 0, stream(ctx), logits, targets,
+                                       log_sum, row_loss.data(), vocab);
+  const unsigned blocks = partial_blocks(n);
+  Tensor<double> partials(ctx.device(), blocks);
+  launch<sum_kernel>(blocks, kThreads, 0, stream(ctx), row_loss.data(), n, partials.data());
+  add_partials(ctx, partials.data(), blocks, total.data());
   double host = 0;
   ctx.device().copy_to_host(&host, total.data(), sizeof host);
   return static_cast<double>(static_cast<float>(host / n));
@@ -473,9 +473,9 @@ template <typename T>
 void cross_entropy_backward(Context& ctx, const T* logits, const std::int32_t* targets,
                             const float* log_sum, T* d_logits, int n, int vocab, float scale) {
   if (n == 0) return;
-  cross_entropy_backward_kernel<T><<<n, kThreads, 0, stream(ctx)>>>(
-      logits, targets, log_sum, d_logits, vocab, 1.0f / static_cast<float>(n), scale);
-  check_launch();
+  launch<cross_entropy_backward_kernel<T>>(n, threads_for(vocab), 0, stream(ctx), logits, targets,
+                                           log_sum, d_logits, vocab, 1.0f / static_cast<float>(n),
+                                           scale);
 }
 
 template <typename T>
@@ -483,9 +483,8 @@ void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, c
                        int n, int seq, int h) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
   if (!count) return;
-  embedding_forward_kernel<T>
-      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(tokens, tok, pos, x, n, seq, h);
-  check_launch();
+  launch<embedding_forward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), tokens, tok, pos,
+                                      x, n, seq, h);
 }
 
 template <typename T>
@@ -493,9 +492,8 @@ void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, f
                         float* dpos, int n, int seq, int h) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
   if (!count) return;
-  embedding_backward_kernel<T>
-      <<<blocks_for(count), kThreads, 0, stream(ctx)>>>(tokens, dx, dtok, dpos, n, seq, h);
-  check_launch();
+  launch<embedding_backward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), tokens, dx,
+                                       dtok, dpos, n, seq, h);
 }
 
 #define TED_INSTANTIATE_CONVERT(A, B) \

@@ -5,9 +5,11 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cfloat>
+#include <type_traits>
 #include <vector>
 
 #include "ted/kernels/cuda/common.cuh"
+#include "ted/kernels/elementwise.hpp"
 #include "ted/model/random.hpp"
 
 namespace ted::kernels::cuda {
@@ -229,6 +231,26 @@ __global__ void combine_backward_kernel(const T* expert_out, const T* dy,
   if (threadIdx.x == 0) d_weight[c] = dot;
 }
 
+// hidden = round(pre + b1), act = round(gelu(pre + b1)) in one pass; row r's bias is expert
+// (r / rows_per_bias) mod biases. pre may be hidden itself (fp32 storage).
+template <typename T>
+__global__ void bias_gelu_f32_kernel(const float* pre, const T* bias, T* hidden, T* act,
+                                     std::size_t count, int width, int rows_per_bias, int biases) {
+  TED_GRID_STRIDE(i, count) {
+    const std::size_t row = i / width, col = i % width;
+    const std::size_t b = (row / rows_per_bias) % static_cast<std::size_t>(biases);
+    const float v = pre[i] + load(bias[b * width + col]);
+    act[i] = store<T>(gelu(v));
+    hidden[i] = store<T>(v);
+  }
+}
+
+// d *= gelu'(hidden), in fp32.
+template <typename T>
+__global__ void gelu_grad_f32_kernel(const T* hidden, float* d, std::size_t count) {
+  TED_GRID_STRIDE(i, count) d[i] *= gelu_grad(load(hidden[i]));
+}
+
 __global__ void count_dropped_kernel(const std::int32_t* slot, int choices, std::int32_t* dropped) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < choices && slot[i] < 0) atomicAdd(dropped, 1);
@@ -311,20 +333,18 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
     return;
   }
   Workspace w = workspace(ctx, r.workspace, tokens, E, config.random_token_selection);
-  gate_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(
-      logits, tokens, E, K, config, key, r.probs.data(), r.expert.data(), r.slot.data(),
-      r.gate_value.data(), r.first_count.data());
-  check_launch();
+  launch<gate_kernel>(token_blocks(tokens), kThreads, 0, s, logits, tokens, E, K, config, key,
+                      r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(),
+                      r.first_count.data());
 
   if (config.random_token_selection) {  // stable sort by descending random score
-    priority_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(tokens, key, w.scores, w.identity);
-    check_launch();
+    launch<priority_kernel>(token_blocks(tokens), kThreads, 0, s, tokens, key, w.scores,
+                            w.identity);
     std::size_t temp_bytes = w.sort_bytes;
     TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairsDescending(
         w.sort_temp, temp_bytes, w.scores, w.sorted_scores, w.identity, w.order, tokens, 0, 64, s));
   } else {
-    iota_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(w.order, tokens);
-    check_launch();
+    launch<iota_kernel>(token_blocks(tokens), kThreads, 0, s, w.order, tokens);
   }
 
   // Dropless: capacity = the largest load, read back (the one allowed wait). It is this
@@ -332,9 +352,8 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
   // over the expert group before the buffers are sized, as for the CPU's routing.
   if (config.dropless) {
     TED_CHECK_CUDA(cudaMemsetAsync(w.load, 0, E * sizeof(std::int32_t), s));
-    load_kernel<<<blocks_for(choices), kThreads, 0, s>>>(r.expert.data(), static_cast<int>(choices),
-                                                         w.load);
-    check_launch();
+    launch<load_kernel>(blocks_for(choices), kThreads, 0, s, r.expert.data(),
+                        static_cast<int>(choices), w.load);
     std::vector<std::int32_t> host(E);
     ctx.device().copy_to_host(host.data(), w.load, E * sizeof(std::int32_t));
     r.capacity = 0;
@@ -342,24 +361,21 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
   } else {
     r.capacity = model::expert_capacity(config, tokens);
   }
-  slot_kernel<<<E, 32, 0, s>>>(r.expert.data(), w.order, tokens, K, r.capacity, r.slot.data());
-  check_launch();
-  weight_kernel<<<token_blocks(tokens), kThreads, 0, s>>>(r.slot.data(), r.gate_value.data(),
-                                                          tokens, K, r.weight.data());
-  check_launch();
-  aux_kernel<<<1, kThreads, 0, s>>>(r.probs.data(), r.first_count.data(), tokens, E, w.aux_terms,
-                                    r.aux.data());
-  check_launch();
+  launch<slot_kernel>(E, 32, 0, s, r.expert.data(), w.order, tokens, K, r.capacity, r.slot.data());
+  launch<weight_kernel>(token_blocks(tokens), kThreads, 0, s, r.slot.data(), r.gate_value.data(),
+                        tokens, K, r.weight.data());
+  launch<aux_kernel>(1, kThreads, 0, s, r.probs.data(), r.first_count.data(), tokens, E,
+                     w.aux_terms, r.aux.data());
 }
 
 template <typename T>
 void route_backward(Context& ctx, const model::Routing<float>& r, const float* d_weight,
                     float aux_scale, T* d_logits) {
   if (r.tokens == 0) return;
-  route_backward_kernel<T><<<token_blocks(r.tokens), kThreads, 0, stream(ctx)>>>(
-      r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(), r.first_count.data(),
-      d_weight, r.tokens, r.experts, r.top_k, aux_scale, d_logits);
-  check_launch();
+  launch<route_backward_kernel<T>>(token_blocks(r.tokens), kThreads, 0, stream(ctx), r.probs.data(),
+                                   r.expert.data(), r.slot.data(), r.gate_value.data(),
+                                   r.first_count.data(), d_weight, r.tokens, r.experts, r.top_k,
+                                   aux_scale, d_logits);
 }
 
 model::RoutingStats routing_stats(Context& ctx, const model::Routing<float>& r) {
@@ -367,9 +383,8 @@ model::RoutingStats routing_stats(Context& ctx, const model::Routing<float>& r) 
   const int choices = r.tokens * r.top_k;
   if (choices == 0) return stats;
   Tensor<std::int32_t> dropped = zeros<std::int32_t>(ctx.device(), 1);
-  count_dropped_kernel<<<token_blocks(choices), kThreads, 0, stream(ctx)>>>(r.slot.data(), choices,
-                                                                            dropped.data());
-  check_launch();
+  launch<count_dropped_kernel>(token_blocks(choices), kThreads, 0, stream(ctx), r.slot.data(),
+                               choices, dropped.data());
   float aux = 0;
   std::int32_t count = 0;
   ctx.device().copy_to_host(&aux, r.aux.data(), sizeof aux);
@@ -387,9 +402,8 @@ void dispatch(Context& ctx, const T* x, const model::Routing<float>& r, T* buffe
   TED_CHECK_CUDA(cudaMemsetAsync(buffer, 0, full * sizeof(T), stream(ctx)));
   const std::size_t count = static_cast<std::size_t>(r.tokens) * r.top_k * h;
   if (!count) return;
-  dispatch_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(
-      x, r.expert.data(), r.slot.data(), r.tokens * r.top_k, r.top_k, capacity, h, buffer);
-  check_launch();
+  launch<dispatch_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), x, r.expert.data(),
+                             r.slot.data(), r.tokens * r.top_k, r.top_k, capacity, h, buffer);
 }
 
 template <typename T>
@@ -397,9 +411,9 @@ void dispatch_backward(Context& ctx, const T* d_buffer, const model::Routing<flo
                        int h, int capacity) {
   const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
   if (!count) return;
-  gather_kernel<T, false><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(
-      d_buffer, r.expert.data(), r.slot.data(), nullptr, r.tokens, r.top_k, capacity, h, dx);
-  check_launch();
+  launch<gather_kernel<T, false>>(blocks_for(count), kThreads, 0, stream(ctx), d_buffer,
+                                  r.expert.data(), r.slot.data(), nullptr, r.tokens, r.top_k,
+                                  capacity, h, dx);
 }
 
 template <typename T>
@@ -407,10 +421,9 @@ void combine(Context& ctx, const T* expert_out, const model::Routing<float>& r, 
              int capacity) {
   const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
   if (!count) return;
-  gather_kernel<T, true><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(
-      expert_out, r.expert.data(), r.slot.data(), r.weight.data(), r.tokens, r.top_k, capacity, h,
-      y);
-  check_launch();
+  launch<gather_kernel<T, true>>(blocks_for(count), kThreads, 0, stream(ctx), expert_out,
+                                 r.expert.data(), r.slot.data(), r.weight.data(), r.tokens, r.top_k,
+                                 capacity, h, y);
 }
 
 template <typename T>
@@ -421,13 +434,14 @@ void combine_backward(Context& ctx, const T* expert_out, const T* dy,
   if (full) TED_CHECK_CUDA(cudaMemsetAsync(d_expert_out, 0, full * sizeof(T), stream(ctx)));
   const int choices = r.tokens * r.top_k;
   if (!choices) return;
-  combine_backward_kernel<T><<<choices, kThreads, 0, stream(ctx)>>>(
-      expert_out, dy, r.expert.data(), r.slot.data(), r.weight.data(), r.top_k, capacity, h,
-      d_expert_out, d_weight);
-  check_launch();
+  launch<combine_backward_kernel<T>>(choices, threads_for(h), 0, stream(ctx), expert_out, dy,
+                                     r.expert.data(), r.slot.data(), r.weight.data(), r.top_k,
+                                     capacity, h, d_expert_out, d_weight);
 }
 
-// Per source s, the experts' blocks [experts, rows, .] are one strided batch of GEMMs.
+// Per source s, the experts' blocks [experts, rows, .] are one strided batch of GEMMs. As on
+// the CPU, the first layer's output stays fp32 until bias and GeLU have been applied (one pass),
+// and hidden and act are rounded to T once.
 template <typename T>
 void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const T* w2, T* hidden,
                      T* act, T* out, int sources, int experts, int rows, int h, int f) {
@@ -436,13 +450,23 @@ void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const 
   const std::int64_t mid_stride = static_cast<std::int64_t>(rows) * f;
   const std::int64_t w_stride = static_cast<std::int64_t>(h) * f;
   const int blocks = sources * experts;
+  const std::size_t mid = static_cast<std::size_t>(blocks) * mid_stride;
+  Tensor<float> scratch;  // x W1 in fp32 (fp32 storage writes it into hidden itself)
+  float* pre = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    pre = hidden;
+  } else {
+    scratch = Tensor<float>(ctx.device(), mid);
+    pre = scratch.data();
+  }
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
-    gemm_batched<T>(ctx, false, false, rows, f, h, 1.0f, in + first * in_stride, h, in_stride, w1,
-                    f, w_stride, 0.0f, hidden + first * mid_stride, f, mid_stride, experts);
+    gemm_batched_f32_out<T>(ctx, false, false, rows, f, h, 1.0f, in + first * in_stride, h,
+                            in_stride, w1, f, w_stride, 0.0f, pre + first * mid_stride, f,
+                            mid_stride, experts);
   }
-  add_bias<T>(ctx, hidden, b1, blocks * rows, f, rows, experts);
-  gelu_forward<T>(ctx, hidden, act, static_cast<std::size_t>(blocks) * mid_stride);
+  launch<bias_gelu_f32_kernel<T>>(blocks_for(mid), kThreads, 0, stream(ctx), pre, b1, hidden, act,
+                                  mid, f, rows, experts);
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
     gemm_batched<T>(ctx, false, false, rows, h, f, 1.0f, act + first * mid_stride, f, mid_stride,
@@ -450,6 +474,8 @@ void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const 
   }
 }
 
+// The hidden layer's gradient is fp32 from the second layer's GEMM to dW1 and db1, as on the
+// CPU; dIn's GEMM takes it rounded to T once (cuBLAS multiplies operands of one type).
 template <typename T>
 void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const T* hidden,
                       const T* act, const T* d_out, T* d_in, float* dw1, float* db1, float* dw2,
@@ -459,31 +485,49 @@ void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const
   const std::int64_t mid_stride = static_cast<std::int64_t>(rows) * f;
   const std::int64_t w_stride = static_cast<std::int64_t>(h) * f;
   const int blocks = sources * experts;
-  Tensor<T> d_act(ctx.device(), static_cast<std::size_t>(blocks) * mid_stride);
+  const std::size_t mid = static_cast<std::size_t>(blocks) * mid_stride;
+  Tensor<float> d_hidden(ctx.device(), mid);
   // Second layer: dW2 += act^T dOut (every source adds into the same experts), db2 += sums,
-  // dAct = dOut W2^T.
+  // dAct = dOut W2^T (fp32).
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
     gemm_batched_f32_out<T>(ctx, true, false, f, h, rows, 1.0f, act + first * mid_stride, f,
                             mid_stride, d_out + first * in_stride, h, in_stride, 1.0f, dw2, h,
                             w_stride, experts);
-    gemm_batched<T>(ctx, false, true, rows, f, h, 1.0f, d_out + first * in_stride, h, in_stride, w2,
-                    h, w_stride, 0.0f, d_act.data() + first * mid_stride, f, mid_stride, experts);
+    gemm_batched_f32_out<T>(ctx, false, true, rows, f, h, 1.0f, d_out + first * in_stride, h,
+                            in_stride, w2, h, w_stride, 0.0f, d_hidden.data() + first * mid_stride,
+                            f, mid_stride, experts);
   }
   bias_grad<T>(ctx, d_out, db2, blocks * rows, h, rows, experts);
-  gelu_backward<T>(ctx, hidden, d_act.data(), d_act.data(),
-                   static_cast<std::size_t>(blocks) * mid_stride);
-  // First layer: dW1 += in^T dHidden, db1 += sums, dIn = dHidden W1^T.
+  launch<gelu_grad_f32_kernel<T>>(blocks_for(mid), kThreads, 0, stream(ctx), hidden,
+                                  d_hidden.data(), mid);
+  bias_grad<float>(ctx, d_hidden.data(), db1, blocks * rows, f, rows, experts);
+  // First layer: dW1 += in^T dHidden in fp32 (in widened exactly), dIn = dHidden W1^T.
+  Tensor<float> in_f32;
+  Tensor<T> d_hidden_t;
+  const float* in_wide = nullptr;
+  const T* d_hidden_narrow = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    in_wide = in;
+    d_hidden_narrow = d_hidden.data();
+  } else {
+    const std::size_t in_count = static_cast<std::size_t>(blocks) * in_stride;
+    in_f32 = Tensor<float>(ctx.device(), in_count);
+    convert<T, float>(ctx, in, in_f32.data(), in_count);
+    d_hidden_t = Tensor<T>(ctx.device(), mid);
+    convert<float, T>(ctx, d_hidden.data(), d_hidden_t.data(), mid);
+    in_wide = in_f32.data();
+    d_hidden_narrow = d_hidden_t.data();
+  }
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
-    gemm_batched_f32_out<T>(ctx, true, false, h, f, rows, 1.0f, in + first * in_stride, h,
-                            in_stride, d_act.data() + first * mid_stride, f, mid_stride, 1.0f, dw1,
-                            f, w_stride, experts);
-    gemm_batched<T>(ctx, false, true, rows, h, f, 1.0f, d_act.data() + first * mid_stride, f,
+    gemm_batched_f32_out<float>(ctx, true, false, h, f, rows, 1.0f, in_wide + first * in_stride, h,
+                                in_stride, d_hidden.data() + first * mid_stride, f, mid_stride,
+                                1.0f, dw1, f, w_stride, experts);
+    gemm_batched<T>(ctx, false, true, rows, h, f, 1.0f, d_hidden_narrow + first * mid_stride, f,
                     mid_stride, w1, f, w_stride, 0.0f, d_in + first * in_stride, h, in_stride,
                     experts);
   }
-  bias_grad<T>(ctx, d_act.data(), db1, blocks * rows, f, rows, experts);
 }
 
 #define TED_INSTANTIATE_MOE(T)                                                                   \

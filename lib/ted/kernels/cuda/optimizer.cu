@@ -22,26 +22,39 @@ __global__ void scale_copy_kernel(const float* g, float* out, std::size_t count,
   TED_GRID_STRIDE(i, count) out[i] = g[i] * scale;
 }
 
-// Squares accumulated in fp64 (as the CPU does), per thread, then per warp and per block; the
-// blocks' sums meet in one atomic add, so the order of that last sum is the GPU's.
+// A double summed over the block in a fixed order; thread 0 gets the result.
+__device__ __forceinline__ double block_sum_f64(double part, double* shared) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    part += __shfl_xor_sync(0xffffffffu, part, offset);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) shared[warp] = part;
+  __syncthreads();
+  double block = 0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) block += shared[w];
+  return block;
+}
+
+// Squares accumulated in fp64 (as the CPU does), per thread, then per warp and per block; each
+// block writes its sum to its own slot (add_partials adds them in order).
 template <typename T>
-__global__ void sum_squares_kernel(const T* values, std::size_t count, double* total) {
+__global__ void sum_squares_kernel(const T* values, std::size_t count, double* partials) {
   __shared__ double shared[32];
   double part = 0;
   TED_GRID_STRIDE(i, count) {
     const double x = load(values[i]);
     part += x * x;
   }
-  for (int offset = 16; offset > 0; offset >>= 1)
-    part += __shfl_xor_sync(0xffffffffu, part, offset);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) shared[warp] = part;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double block = 0;
-    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) block += shared[w];
-    atomicAdd(total, block);
-  }
+  const double block = block_sum_f64(part, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = block;
+}
+
+__global__ void add_partials_kernel(const double* partials, unsigned n, double* total) {
+  __shared__ double shared[32];
+  double part = 0;
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) part += partials[i];
+  const double block = block_sum_f64(part, shared);
+  if (threadIdx.x == 0) *total += block;
 }
 
 template <typename T>
@@ -56,17 +69,19 @@ __global__ void non_finite_kernel(const T* values, std::size_t count, int* found
 
 }  // namespace
 
+void add_partials(Context& ctx, const double* partials, unsigned n, double* total) {
+  if (n) launch<add_partials_kernel>(1, kThreads, 0, stream(ctx), partials, n, total);
+}
+
 void scale_copy(Context& ctx, const float* g, float* out, std::size_t count, float scale) {
   if (!count) return;
-  scale_copy_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(g, out, count, scale);
-  check_launch();
+  launch<scale_copy_kernel>(blocks_for(count), kThreads, 0, stream(ctx), g, out, count, scale);
 }
 
 void adamw(Context& ctx, float* value, float* m, float* v, const float* g, std::size_t count,
            const AdamHyper<float>& hyper) {
   if (!count) return;
-  adamw_kernel<<<blocks_for(count), kThreads, 0, stream(ctx)>>>(value, m, v, g, count, hyper);
-  check_launch();
+  launch<adamw_kernel>(blocks_for(count), kThreads, 0, stream(ctx), value, m, v, g, count, hyper);
 }
 
 template <typename T>
@@ -74,12 +89,14 @@ double sum_squares(Context& ctx, const T* data, const IndexRange* ranges, std::s
                    double initial) {
   if (range_count == 0) return initial;
   Tensor<double> total = zeros<double>(ctx.device(), 1);
-  for (std::size_t r = 0; r < range_count; ++r) {
+  Tensor<double> partials(ctx.device(), kPartialBlocks);
+  for (std::size_t r = 0; r < range_count; ++r) {  // the ranges in order, each in a fixed order
     const std::size_t count = ranges[r].end - ranges[r].begin;
     if (!count) continue;
-    sum_squares_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(data + ranges[r].begin,
-                                                                           count, total.data());
-    check_launch();
+    const unsigned blocks = partial_blocks(count);
+    launch<sum_squares_kernel<T>>(blocks, kThreads, 0, stream(ctx), data + ranges[r].begin, count,
+                                  partials.data());
+    add_partials(ctx, partials.data(), blocks, total.data());
   }
   double host = 0;
   ctx.device().copy_to_host(&host, total.data(), sizeof host);
@@ -90,8 +107,8 @@ template <typename T>
 bool has_non_finite(Context& ctx, const T* data, std::size_t count) {
   if (!count) return false;
   Tensor<std::int32_t> found = zeros<std::int32_t>(ctx.device(), 1);
-  non_finite_kernel<T><<<blocks_for(count), kThreads, 0, stream(ctx)>>>(data, count, found.data());
-  check_launch();
+  launch<non_finite_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), data, count,
+                               found.data());
   std::int32_t host = 0;
   ctx.device().copy_to_host(&host, found.data(), sizeof host);
   return host != 0;
