@@ -46,7 +46,7 @@ Communicator& control() {
 }  // namespace ted::test
 
 int main(int argc, char** argv) {
-  ted::MpiSession mpi(&argc, &argv);
+  ted::MpiSession mpi(&argc, &argv, ted::mpi_thread_level());
   Catch::Session session;
   std::string backend_name = "mpi", device_name = "cpu";
   bool staged = false;

@@ -6,6 +6,7 @@
 #include <exception>
 #include <new>
 
+#include "ted/backend/registry.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/system.hpp"
 
@@ -60,7 +61,7 @@ int fail(const MpiSession& mpi, int code) {
 
 int run_app(int argc, char** argv, CLI::App& app, const std::function<int(MpiSession&)>& body,
             const CheckMode* check) {
-  MpiSession mpi(&argc, &argv);
+  MpiSession mpi(&argc, &argv, mpi_thread_level());
   const std::string name = app.get_name();
   bool rank0 = mpi.world_rank() == 0;
   try {

@@ -1,8 +1,10 @@
 #include "ted/backend/registry.hpp"
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "ted/backend/cpu/cpu_ops.hpp"
 #include "ted/comm/mpi_communicator.hpp"
@@ -72,6 +74,14 @@ std::unique_ptr<Device> make_gpu_device(int ordinal) {
 #endif
 }
 
+int mpi_thread_level() {
+#if TED_EMULATED_GPU
+  return MPI_THREAD_MULTIPLE;  // the emulated NCCL's transfers run on the streams' threads
+#else
+  return MPI_THREAD_FUNNELED;
+#endif
+}
+
 namespace {
 // This rank's index among the ranks of `comm` on its node, and how many there are.
 std::pair<int, int> node_rank_and_size(MPI_Comm comm) {
@@ -83,6 +93,40 @@ std::pair<int, int> node_rank_and_size(MPI_Comm comm) {
   MPI_Comm_free(&node);
   return {rank, size};
 }
+
+#if TED_HAVE_CUDA
+// The GPU each rank of this node will drive (make_device: local rank mod the GPUs it sees),
+// by UUID, in local rank order; and this rank's own. Collective over `comm`. By identity, not
+// ordinal: where a site binds one GPU per task, every rank sees its own GPU as GPU 0.
+struct NodeGpus {
+  std::vector<std::string> uuids;
+  int local_rank = 0;
+  cuda::GpuIdentity mine;
+};
+NodeGpus node_gpus(MPI_Comm comm) {
+  MPI_Comm node;
+  TED_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  NodeGpus gpus;
+  int size = 1;
+  MPI_Comm_rank(node, &gpus.local_rank);
+  MPI_Comm_size(node, &size);
+  gpus.mine = cuda::gpu_identity(gpus.local_rank % gpu_count());
+  constexpr int kWidth = 64;
+  char mine[kWidth] = {0};
+  gpus.mine.uuid.copy(mine, kWidth - 1);
+  std::vector<char> all(static_cast<std::size_t>(size) * kWidth);
+  TED_CHECK_MPI(MPI_Allgather(mine, kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, node));
+  MPI_Comm_free(&node);
+  for (int r = 0; r < size; ++r) gpus.uuids.emplace_back(all.data() + r * kWidth);
+  return gpus;
+}
+
+// How many ranks of this node drive this rank's GPU (1 when it is its own).
+int sharing_my_gpu(const NodeGpus& gpus) {
+  return static_cast<int>(std::count(gpus.uuids.begin(), gpus.uuids.end(),
+                                     gpus.uuids[static_cast<std::size_t>(gpus.local_rank)]));
+}
+#endif
 }  // namespace
 
 void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks) {
@@ -93,19 +137,31 @@ void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks) {
           "feature summary)");
     if (gpu_count() == 0) throw ConfigError("backend cuda: no GPU is visible to this process");
   }
-  if (comm != CommBackend::nccl) return;
-  if (device != DeviceKind::cuda)
-    throw ConfigError("comm nccl carries GPU memory: use it with backend cuda (comm mpi on cpu)");
-  if (!nccl_compiled())
-    throw ConfigError(
-        "comm nccl: this build has no NCCL backend (configure found no NCCL; see the feature "
-        "summary)");
-  if (ranks == MPI_COMM_NULL) return;
-  const int local_ranks = node_rank_and_size(ranks).second;
-  if (local_ranks > gpu_count())
-    throw ConfigError("comm nccl needs one GPU per rank: " + std::to_string(local_ranks) +
-                      " ranks share " + std::to_string(gpu_count()) +
-                      " GPU(s) on this node; use comm mpi (host-staged) to share GPUs");
+  if (comm == CommBackend::nccl) {
+    if (device != DeviceKind::cuda)
+      throw ConfigError("comm nccl carries GPU memory: use it with backend cuda (comm mpi on cpu)");
+    if (!nccl_compiled())
+      throw ConfigError(
+          "comm nccl: this build has no NCCL backend (configure found no NCCL; see the feature "
+          "summary)");
+  }
+#if TED_HAVE_CUDA
+  if (device != DeviceKind::cuda || ranks == MPI_COMM_NULL) return;
+  const NodeGpus gpus = node_gpus(ranks);
+  int sharing = sharing_my_gpu(gpus), most = 0;
+  TED_CHECK_MPI(MPI_Allreduce(&sharing, &most, 1, MPI_INT, MPI_MAX, ranks));
+  if (most <= 1) return;
+  if (comm == CommBackend::nccl)
+    throw ConfigError("comm nccl needs one GPU per rank: " + std::to_string(most) +
+                      " ranks of a node would share one GPU (" + std::to_string(gpu_count()) +
+                      " visible per rank); use comm mpi (host-staged) to share GPUs");
+  int exclusive = gpus.mine.exclusive_process ? 1 : 0, any_exclusive = 0;
+  TED_CHECK_MPI(MPI_Allreduce(&exclusive, &any_exclusive, 1, MPI_INT, MPI_MAX, ranks));
+  if (any_exclusive)
+    throw ConfigError("backend cuda: " + std::to_string(most) +
+                      " ranks of a node would share a GPU that is in exclusive-process compute "
+                      "mode (nvidia-smi -c): give each rank its own GPU, or change the mode");
+#endif
 }
 
 std::unique_ptr<Device> make_device(DeviceKind kind, MPI_Comm ranks) {

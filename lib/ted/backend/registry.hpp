@@ -35,9 +35,15 @@ std::unique_ptr<Ops<T>> make_ops(Device& device);
 std::unique_ptr<Device> make_gpu_device(int ordinal = 0);
 
 // Throws ConfigError, one line naming the option, unless `device` with `comm` can run here:
-// cuda needs the CUDA backend compiled and a GPU visible; nccl needs NCCL, the cuda device and,
-// given the ranks that will use it, one GPU per rank of a node.
+// cuda needs the CUDA backend compiled and a GPU visible; nccl needs NCCL and the cuda device.
+// Given the ranks that will use it (collective over them), it also looks at the GPU each rank of
+// a node would drive, by UUID: nccl refuses two ranks on one GPU, and ranks sharing a GPU
+// through comm mpi are refused where that GPU is in exclusive-process mode.
 void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks = MPI_COMM_NULL);
+
+// The thread support MpiSession asks of MPI: MPI_THREAD_MULTIPLE in a build on the emulated
+// GPU (its NCCL's transfers run on the streams' threads), else MPI_THREAD_FUNNELED.
+int mpi_thread_level();
 
 // This rank's device: the CPU, or GPU (local rank mod the visible GPUs), where the local rank
 // is this rank's index among the ranks of `ranks` on its node. Collective over `ranks` for cuda.

@@ -101,6 +101,9 @@ void Communicator::recorded(CollectiveOp op, DataType dtype, std::uint64_t sent,
     call();
     return;
   }
+  // Work queued before the collective (the kernels that produce its send buffer) is not its
+  // time: on a device with a stream, wait for it before the clock starts.
+  synchronize();
   auto start = std::chrono::steady_clock::now();
   call();
   synchronize();  // so the time is that of the collective, not of queueing it

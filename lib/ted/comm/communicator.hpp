@@ -113,7 +113,9 @@ class Communicator {
   // ordered by key. Collective over this group. The child shares this communicator's ledger.
   virtual std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const = 0;
 
-  // Waits until this rank's queued collectives have finished (NCCL queues on a stream).
+  // Waits until the work queued on this rank's device has finished: the collectives NCCL
+  // queues on a stream and the kernels before them. A recording ledger times a collective
+  // between two of these, so queued compute is not counted as communication.
   virtual void synchronize() {}
 
  protected:

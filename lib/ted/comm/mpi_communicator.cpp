@@ -10,12 +10,12 @@
 
 namespace ted {
 
-MpiSession::MpiSession(int* argc, char*** argv) {
+MpiSession::MpiSession(int* argc, char*** argv, int thread_level) {
   int initialized = 0;
   TED_CHECK_MPI(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = 0;
-    TED_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    TED_CHECK_MPI(MPI_Init_thread(argc, argv, thread_level, &provided));
     initialized_here_ = true;
   }
   TED_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
@@ -86,10 +86,10 @@ const SixteenBitOps& sixteen_bit_ops() {
   return ops;
 }
 
-// One MPI request in flight. MPI is initialised for one thread's calls (MPI_THREAD_FUNNELED)
-// and many MPI libraries move a nonblocking transfer only inside MPI calls, so progress() is an
-// MPI_Test on the caller's thread rather than a progress thread. MPI_Wait and a successful
-// MPI_Test set the request to MPI_REQUEST_NULL, which marks it finished.
+// One MPI request in flight. MPI is initialised for one thread's calls (MPI_THREAD_FUNNELED,
+// but on the emulated GPU) and many MPI libraries move a nonblocking transfer only inside MPI
+// calls, so progress() is an MPI_Test on the caller's thread rather than a progress thread.
+// MPI_Wait and a successful MPI_Test set the request to MPI_REQUEST_NULL, which marks it finished.
 class MpiPendingRequest final : public PendingCollective {
  public:
   explicit MpiPendingRequest(MPI_Request request) : request_(request) {}

@@ -10,9 +10,10 @@
 namespace ted {
 
 // MPI_Init_thread / MPI_Finalize for the lifetime of main(). Finalizes only what it initialised.
+// `thread_level`: what the build needs (registry.hpp: mpi_thread_level()).
 class MpiSession {
  public:
-  MpiSession(int* argc, char*** argv);
+  MpiSession(int* argc, char*** argv, int thread_level = MPI_THREAD_FUNNELED);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

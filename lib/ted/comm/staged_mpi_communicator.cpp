@@ -8,40 +8,28 @@
 namespace ted {
 namespace {
 
-// Host memory of a device (pinned on a GPU), freed with it.
-class HostBuffer {
- public:
-  HostBuffer(Device& device, std::size_t bytes)
-      : device_(device), data_(device.allocate_host(bytes)) {}
-  ~HostBuffer() { device_.deallocate_host(data_); }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  void* data() { return data_; }
-
- private:
-  Device& device_;
-  void* data_;
-};
-
-// A staged all-to-all in flight: the MPI transfer between two host buffers it owns, and the
-// device buffer the result goes to once the transfer is done.
+// A staged all-to-all in flight: the MPI transfer between two host buffers it borrows from its
+// communicator, and the device buffer the result goes to once the transfer is done.
 class StagedPendingAllToAll final : public PendingCollective {
  public:
-  StagedPendingAllToAll(Device& device, std::size_t bytes, void* device_recv)
-      : device_(device),
+  StagedPendingAllToAll(StagedMpiCommunicator& owner, Device& device, std::size_t bytes,
+                        void* device_recv)
+      : owner_(owner),
+        device_(device),
         bytes_(bytes),
         device_recv_(device_recv),
-        host_send_(device, bytes),
-        host_recv_(device, bytes) {}
+        buffers_(owner.take_host_pair(bytes)) {}
   ~StagedPendingAllToAll() override {
     try {
       wait();
     } catch (...) {  // a destructor must not throw
     }
+    transfer_.reset();  // its MPI request is done or abandoned before the buffers go back
+    owner_.give_back(buffers_);
   }
 
-  void* host_send() { return host_send_.data(); }
-  void* host_recv() { return host_recv_.data(); }
+  void* host_send() { return buffers_.send; }
+  void* host_recv() { return buffers_.recv; }
   void set_transfer(std::unique_ptr<PendingCollective> transfer) {
     transfer_ = std::move(transfer);
   }
@@ -50,19 +38,18 @@ class StagedPendingAllToAll final : public PendingCollective {
     if (finished_ || !transfer_) return;
     finished_ = true;  // a wait that threw is not repeated by the destructor
     transfer_->wait();
-    device_.copy_from_host(device_recv_, host_recv_.data(), bytes_);
+    device_.copy_from_host(device_recv_, buffers_.recv, bytes_);
   }
   void progress() override {
     if (!finished_ && transfer_) transfer_->progress();
   }
 
  private:
+  StagedMpiCommunicator& owner_;
   Device& device_;
   std::size_t bytes_;
   void* device_recv_;
-  HostBuffer host_send_;
-  HostBuffer host_recv_;
-  // Declared after the buffers, so it is destroyed (and its transfer waited for) before them.
+  StagedMpiCommunicator::HostPair buffers_;
   std::unique_ptr<PendingCollective> transfer_;
   bool finished_ = false;
 };
@@ -78,6 +65,10 @@ StagedMpiCommunicator::StagedMpiCommunicator(MPI_Comm comm, GroupKind group, Led
 StagedMpiCommunicator::~StagedMpiCommunicator() {
   device_.deallocate_host(send_.data);
   device_.deallocate_host(recv_.data);
+  for (HostPair& pair : spare_pairs_) {
+    device_.deallocate_host(pair.send);
+    device_.deallocate_host(pair.recv);
+  }
 }
 
 std::unique_ptr<Communicator> StagedMpiCommunicator::split(int color, int key,
@@ -85,6 +76,26 @@ std::unique_ptr<Communicator> StagedMpiCommunicator::split(int color, int key,
   MPI_Comm child;
   TED_CHECK_MPI(MPI_Comm_split(host_.native_handle(), color, key, &child));
   return std::make_unique<StagedMpiCommunicator>(child, group, ledger(), device_);
+}
+
+StagedMpiCommunicator::HostPair StagedMpiCommunicator::take_host_pair(std::size_t bytes) {
+  auto best = spare_pairs_.end();
+  for (auto it = spare_pairs_.begin(); it != spare_pairs_.end(); ++it)
+    if (it->bytes >= bytes && (best == spare_pairs_.end() || it->bytes < best->bytes)) best = it;
+  if (best != spare_pairs_.end()) {
+    HostPair pair = *best;
+    spare_pairs_.erase(best);
+    return pair;
+  }
+  HostPair pair;
+  pair.send = device_.allocate_host(bytes);
+  pair.recv = device_.allocate_host(bytes);
+  pair.bytes = bytes;
+  return pair;
+}
+
+void StagedMpiCommunicator::give_back(HostPair pair) {
+  spare_pairs_.push_back(pair);
 }
 
 void* StagedMpiCommunicator::staging(Staging& buffer, std::size_t bytes) {
@@ -145,7 +156,7 @@ std::unique_ptr<PendingCollective> StagedMpiCommunicator::do_all_to_all_start(co
                                                                               std::size_t count,
                                                                               DataType dtype) {
   const std::size_t total = count * dtype_size(dtype) * static_cast<std::size_t>(size());
-  auto pending = std::make_unique<StagedPendingAllToAll>(device_, total, recv);
+  auto pending = std::make_unique<StagedPendingAllToAll>(*this, device_, total, recv);
   device_.copy_to_host(pending->host_send(), send, total);  // waits for the device's queued work
   pending->set_transfer(
       host_.all_to_all_start(pending->host_send(), pending->host_recv(), count, dtype));

@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "ted/backend/device.hpp"
 #include "ted/comm/communicator.hpp"
@@ -25,6 +26,18 @@ class StagedMpiCommunicator final : public Communicator {
   CommBackend backend() const override { return CommBackend::mpi; }
   std::string name() const override { return "mpi-staged"; }
   std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const override;
+  void synchronize() override { device_.synchronize(); }
+
+  // Host buffers for a started all-to-all: taken from the ones earlier starts gave back when
+  // one is large enough (pinning host memory on a GPU costs milliseconds, and an overlapped
+  // exchange starts several per layer), and given back when the transfer is done.
+  struct HostPair {
+    void* send = nullptr;
+    void* recv = nullptr;
+    std::size_t bytes = 0;
+  };
+  HostPair take_host_pair(std::size_t bytes);
+  void give_back(HostPair pair);
 
  protected:
   void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
@@ -33,9 +46,9 @@ class StagedMpiCommunicator final : public Communicator {
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override;
   void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;
   // Copies the send buffer to host memory and starts MPI_Ialltoall there; wait() finishes the
-  // transfer and copies the result to the device. The host buffers belong to the pending
-  // collective (fresh ones per start, since several may be in flight), not to the staging
-  // buffers below, which the blocking calls reuse.
+  // transfer and copies the result to the device. The host buffers are a pair of the pending
+  // collective's own (several may be in flight), not the staging buffers below, which the
+  // blocking calls reuse; the pair goes back to this communicator when the transfer is done.
   std::unique_ptr<PendingCollective> do_all_to_all_start(const void* send, void* recv,
                                                          std::size_t count,
                                                          DataType dtype) override;
@@ -57,6 +70,7 @@ class StagedMpiCommunicator final : public Communicator {
   MpiCommunicator host_;  // the MPI work, on the staging buffers (no ledger: this one records)
   Device& device_;
   Staging send_, recv_;
+  std::vector<HostPair> spare_pairs_;
 };
 
 }  // namespace ted

@@ -1,7 +1,14 @@
 #include "ted/comm/nccl/nccl_communicator.hpp"
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "ted/backend/cuda/cuda_check.hpp"
 #include "ted/backend/cuda/cuda_device.hpp"
@@ -61,6 +68,134 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// A group of NCCL calls that is ended however the scope is left: after a call inside it threw,
+// ending the group drops it (NCCL returns the failure), where leaving it open would swallow
+// every later NCCL call of this thread into a group that never runs.
+class NcclGroup {
+ public:
+  NcclGroup() { TED_CHECK_NCCL(ncclGroupStart()); }
+  ~NcclGroup() {
+    if (open_) ncclGroupEnd();
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void end() {
+    open_ = false;
+    TED_CHECK_NCCL(ncclGroupEnd());
+  }
+
+ private:
+  bool open_ = true;
+};
+
+// Watches the process's NCCL collectives from a thread of its own. NCCL reports a dead peer or
+// a broken network only as an asynchronous error of the communicator, and a collective whose
+// peer never arrives simply never ends: the host would wait in its next synchronisation until
+// the job's time limit. So every collective is followed by an event; one still pending after
+// TED_NCCL_TIMEOUT seconds (default 600), or a communicator with an asynchronous error, ends
+// the process with one line naming the collective, after aborting the communicator.
+class Watchdog {
+ public:
+  static Watchdog& instance() {
+    static Watchdog watchdog;
+    return watchdog;
+  }
+
+  void watch(ncclComm_t comm, cudaStream_t stream, std::string what) {
+    cudaEvent_t done = nullptr;
+    TED_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    TED_CHECK_CUDA(cudaEventRecord(done, stream));
+    std::lock_guard lock(mutex_);
+    watched_.push_back({comm, done, std::chrono::steady_clock::now(), std::move(what)});
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+
+  // Before a communicator is destroyed: its collectives are no longer watched.
+  void forget(ncclComm_t comm) {
+    std::lock_guard lock(mutex_);
+    for (auto it = watched_.begin(); it != watched_.end();) {
+      if (it->comm == comm) {
+        cudaEventDestroy(it->done);
+        it = watched_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Watched {
+    ncclComm_t comm;
+    cudaEvent_t done;
+    std::chrono::steady_clock::time_point since;
+    std::string what;
+  };
+
+  Watchdog() {
+    if (const char* text = std::getenv("TED_NCCL_TIMEOUT")) timeout_ = std::atof(text);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  }
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(100));
+      const auto now = std::chrono::steady_clock::now();
+      for (auto it = watched_.begin(); it != watched_.end();) {
+        const cudaError_t state = cudaEventQuery(it->done);
+        if (state == cudaSuccess) {
+          cudaEventDestroy(it->done);
+          it = watched_.erase(it);
+          continue;
+        }
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(it->comm, &async);
+        const double waited = std::chrono::duration<double>(now - it->since).count();
+        if (async != ncclSuccess && async != ncclInProgress)
+          die(*it, std::string("failed: ") + ncclGetErrorString(async));
+        if (state != cudaErrorNotReady)
+          die(*it, std::string("failed on the GPU: ") + cudaGetErrorString(state));
+        if (waited > timeout_)
+          die(*it, "did not finish within " + format_seconds(timeout_) +
+                       " s (a peer stopped or died; TED_NCCL_TIMEOUT sets the limit)");
+        ++it;
+      }
+    }
+  }
+
+  static std::string format_seconds(double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", seconds);
+    return text;
+  }
+
+  // One line, then the process ends: the collective cannot be finished or cancelled from here,
+  // and MPI's launcher ends the other ranks when one exits with an error.
+  [[noreturn]] void die(const Watched& item, const std::string& why) {
+    std::fprintf(stderr, "error: rank %d: NCCL %s %s\n", rank_, item.what.c_str(), why.c_str());
+    std::fflush(stderr);
+    ncclCommAbort(item.comm);
+    std::_Exit(1);
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Watched> watched_;
+  std::thread thread_;
+  bool stopping_ = false;
+  double timeout_ = 600.0;
+  int rank_ = 0;
+};
+
 // An all-to-all queued on the communication stream, `done` recorded after it. wait() orders the
 // compute stream after `done`; when the start was recorded in a ledger, it also blocks the host
 // until `done` has fired, so the ledger's time is the transfer's exposed part and not just the
@@ -98,6 +233,8 @@ NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, GroupKind group, Ledger* l
       mpi_comm_(mpi_comm),
       device_(device),
       stream_(stream_of(device)) {
+  // NCCL takes its buffers with cudaMalloc, which cannot use what the device's pool keeps.
+  release_cached_memory(device);
   ncclUniqueId id;
   if (rank() == 0) TED_CHECK_NCCL(ncclGetUniqueId(&id));
   TED_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_comm_));
@@ -112,7 +249,10 @@ NcclCommunicator::~NcclCommunicator() {
     cudaStreamSynchronize(comm_stream_);
     cudaStreamDestroy(comm_stream_);
   }
-  if (comm_) ncclCommDestroy(comm_);
+  if (comm_) {
+    Watchdog::instance().forget(comm_);
+    ncclCommDestroy(comm_);
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && mpi_comm_ != MPI_COMM_NULL) MPI_Comm_free(&mpi_comm_);
@@ -133,31 +273,35 @@ void NcclCommunicator::do_all_reduce(const void* send, void* recv, std::size_t c
                                      DataType dtype, ReduceOp op) {
   TED_CHECK_NCCL(
       ncclAllReduce(send, recv, count, nccl_datatype(dtype), nccl_op(op), comm_, stream_));
+  watch("all_reduce", stream_);
 }
 
 void NcclCommunicator::do_all_gather(const void* send, void* recv, std::size_t count,
                                      DataType dtype) {
   TED_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_datatype(dtype), comm_, stream_));
+  watch("all_gather", stream_);
 }
 
 void NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count,
                                          DataType dtype) {
   TED_CHECK_NCCL(
       ncclReduceScatter(send, recv, count, nccl_datatype(dtype), ncclSum, comm_, stream_));
+  watch("reduce_scatter", stream_);
 }
 
 // NCCL has no all-to-all primitive: one grouped send/recv per peer, which NCCL runs at once.
 void NcclCommunicator::issue_all_to_all(const void* send, void* recv, std::size_t count,
                                         DataType dtype, cudaStream_t stream) {
   ncclDataType_t type = nccl_datatype(dtype);
-  TED_CHECK_NCCL(ncclGroupStart());
+  NcclGroup group;
   for (int peer = 0; peer < size(); ++peer) {
     std::size_t offset = count * static_cast<std::size_t>(peer);
     TED_CHECK_NCCL(ncclSend(byte_pointer(send, offset, dtype), count, type, peer, comm_, stream));
     TED_CHECK_NCCL(ncclRecv(const_cast<char*>(byte_pointer(recv, offset, dtype)), count, type, peer,
                             comm_, stream));
   }
-  TED_CHECK_NCCL(ncclGroupEnd());
+  group.end();
+  watch("all_to_all", stream);
 }
 
 void NcclCommunicator::do_all_to_all(const void* send, void* recv, std::size_t count,
@@ -188,7 +332,7 @@ void NcclCommunicator::do_all_to_all_v(const void* send, std::span<const std::si
   ncclDataType_t type = nccl_datatype(dtype);
   std::size_t send_offset = 0;
   std::size_t recv_offset = 0;
-  TED_CHECK_NCCL(ncclGroupStart());
+  NcclGroup group;
   for (int peer = 0; peer < size(); ++peer) {
     auto p = static_cast<std::size_t>(peer);
     if (send_counts[p])
@@ -200,11 +344,18 @@ void NcclCommunicator::do_all_to_all_v(const void* send, std::span<const std::si
     send_offset += send_counts[p];
     recv_offset += recv_counts[p];
   }
-  TED_CHECK_NCCL(ncclGroupEnd());
+  group.end();
+  watch("all_to_all_v", stream_);
 }
 
 void NcclCommunicator::do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) {
   TED_CHECK_NCCL(ncclBroadcast(buffer, buffer, count, nccl_datatype(dtype), root, comm_, stream_));
+  watch("broadcast", stream_);
+}
+
+void NcclCommunicator::watch(const char* op, cudaStream_t stream) {
+  Watchdog::instance().watch(
+      comm_, stream, std::string(op) + " on the " + std::string(to_string(group())) + " group");
 }
 
 void NcclCommunicator::do_barrier() {

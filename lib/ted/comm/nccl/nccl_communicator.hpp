@@ -7,6 +7,10 @@
 // kernels: the communication stream first waits for what the compute stream had queued before
 // the start (the send buffer's producer), and wait() makes the compute stream wait for the
 // transfer, without blocking the host.
+//
+// Every collective is watched (nccl_communicator.cpp): one that has not finished within
+// TED_NCCL_TIMEOUT seconds (default 600), or a communicator with an asynchronous error (a dead
+// peer, a broken link), ends the process with one line naming it.
 #pragma once
 
 #include <mpi.h>
@@ -49,6 +53,9 @@ class NcclCommunicator final : public Communicator {
   // The grouped send/recv of an all-to-all, queued on `stream`.
   void issue_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype,
                         cudaStream_t stream);
+  // Hands the collective just queued on `stream` to the process's watchdog (a timeout or an
+  // asynchronous NCCL error ends the process with one line instead of a hang).
+  void watch(const char* op, cudaStream_t stream);
 
   MPI_Comm mpi_comm_;
   Device& device_;
