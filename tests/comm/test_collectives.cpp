@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/test_env.hpp"
+#include "ted/comm/staged_mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/grid/ted_groups.hpp"
 
@@ -562,4 +563,73 @@ TEST_CASE("a started all-to-all records the time it blocked, not the time it was
   CHECK(count_wrong(recv,
                     all_to_all_expected(world.size(), world.rank(), chunk, DataType::f32, 0)) == 0);
   world.set_ledger(nullptr);
+}
+
+namespace {
+// A device that counts its host allocations (pinned memory, on a GPU).
+class CountingDevice final : public ted::Device {
+ public:
+  explicit CountingDevice(ted::Device& inner) : inner_(inner) {}
+  ted::DeviceKind kind() const override { return inner_.kind(); }
+  std::string name() const override { return inner_.name(); }
+  void* allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
+  void deallocate(void* p) override { inner_.deallocate(p); }
+  void copy_from_host(void* d, const void* s, std::size_t n) override {
+    inner_.copy_from_host(d, s, n);
+  }
+  void copy_to_host(void* d, const void* s, std::size_t n) override {
+    inner_.copy_to_host(d, s, n);
+  }
+  void copy(void* d, const void* s, std::size_t n) override { inner_.copy(d, s, n); }
+  void copy_2d(void* d, std::size_t dp, const void* s, std::size_t sp, std::size_t w,
+               std::size_t h) override {
+    inner_.copy_2d(d, dp, s, sp, w, h);
+  }
+  void fill(void* d, std::size_t n, DataType t, double v) override { inner_.fill(d, n, t, v); }
+  void synchronize() override { inner_.synchronize(); }
+  void* allocate_host(std::size_t bytes) override {
+    ++host_allocations;
+    return inner_.allocate_host(bytes);
+  }
+  void deallocate_host(void* p) override { inner_.deallocate_host(p); }
+  std::uint64_t free_bytes() override { return inner_.free_bytes(); }
+  ted::Device& base() override { return inner_.base(); }
+  int host_allocations = 0;
+
+ private:
+  ted::Device& inner_;
+};
+}  // namespace
+
+TEST_CASE("the host-staged all-to-all keeps its host buffers from one start to the next") {
+  CountingDevice device(ted::test::device());
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  ted::StagedMpiCommunicator staged(comm, GroupKind::world, nullptr, device);
+  const std::size_t count = 5, total = count * static_cast<std::size_t>(staged.size());
+  Buffer send(total, DataType::f32), recv(total, DataType::f32);
+  for (std::size_t i = 0; i < total; ++i) send.set(i, value(staged.rank(), i, DataType::f32));
+  send.upload();
+  int after_first = 0;
+  for (int round = 0; round < 4; ++round) {
+    auto first = staged.all_to_all_start(send.data(), recv.data(), count, DataType::f32);
+    first->wait();
+    if (round == 0) after_first = device.host_allocations;
+    recv.download();
+    for (int source = 0; source < staged.size(); ++source)
+      for (std::size_t j = 0; j < count; ++j)
+        CHECK(recv.get(static_cast<std::size_t>(source) * count + j) ==
+              value(source, static_cast<std::size_t>(staged.rank()) * count + j, DataType::f32));
+  }
+  CHECK(after_first == 2);  // one send and one receive buffer
+  CHECK(device.host_allocations == after_first);
+  // Two in flight at once need two pairs; the next round reuses both.
+  Buffer recv2(total, DataType::f32);
+  for (int round = 0; round < 2; ++round) {
+    auto a = staged.all_to_all_start(send.data(), recv.data(), count, DataType::f32);
+    auto b = staged.all_to_all_start(send.data(), recv2.data(), count, DataType::f32);
+    a->wait();
+    b->wait();
+    CHECK(device.host_allocations == 4);
+  }
 }

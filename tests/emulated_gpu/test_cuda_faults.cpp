@@ -1,0 +1,140 @@
+// What the CUDA backend must get right that a GPU shows only by failing, checked on the emulated
+// GPU (part of test_comm_emulated, with its --device cuda and --backend):
+// - a failed NCCL call inside a group leaves no group open behind it;
+// - a collective's recorded time does not include the kernels queued before it;
+// - memory the device's pool keeps is handed back before cuBLAS sets up and when a device goes
+//   away, so a sweep's next point sees the GPU's memory free;
+// - the watchdog ends a collective whose peer never comes with one line (hidden case
+//   [.watchdog], run alone by CTest with TED_NCCL_TIMEOUT set);
+// - with TED_CUDA_DEBUG=1 a kernel that fails is reported at its launch, by name (hidden case
+//   [.debug_launches], run alone by CTest with TED_EMU_GPUS=2).
+// Run with TED_EMU_MEMORY=256M.
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "comm/test_env.hpp"
+#include "ted/backend/cuda/cuda_device.hpp"
+#include "ted/backend/cuda/launch.hpp"
+#include "ted/backend/registry.hpp"
+#include "ted/backend/tensor.hpp"
+#include "ted/core/error.hpp"
+#include "ted_emu/control.hpp"
+
+using ted::DataType;
+
+namespace {
+
+// Half a warp at a barrier, the other half in a shuffle naming the first half: it cannot end.
+__global__ void stuck_kernel(int* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
+  }
+}
+
+bool on_gpu() {
+  return ted::test::device().kind() == ted::DeviceKind::cuda;
+}
+
+std::vector<float> all_reduced(ted::Communicator& world, float mine) {
+  std::vector<float> host(8, mine);
+  ted::DeviceBuffer buffer(ted::test::device(), host.size() * sizeof(float));
+  ted::test::device().copy_from_host(buffer.data(), host.data(), host.size() * sizeof(float));
+  world.all_reduce(buffer.data(), buffer.data(), host.size(), DataType::f32);
+  ted::test::device().copy_to_host(host.data(), buffer.data(), host.size() * sizeof(float));
+  return host;
+}
+
+}  // namespace
+
+TEST_CASE("an NCCL call that fails inside a group leaves no group open", "[emulated][nccl]") {
+  if (ted::test::backend() != ted::CommBackend::nccl || ted::test::world().size() < 2) return;
+  auto& world = ted::test::world();
+  const std::size_t count = 4;
+  ted::DeviceBuffer send(ted::test::device(), count * world.size() * sizeof(float));
+  ted::DeviceBuffer recv(ted::test::device(), count * world.size() * sizeof(float));
+  ted::test::device().fill(send.data(), count * world.size(), DataType::f32, 1.0);
+  ted_emu::fail_nccl_call(2);  // the all-to-all's first receive, on every rank alike
+  CHECK_THROWS_AS(world.all_to_all(send.data(), recv.data(), count, DataType::f32), ted::Error);
+  // The next collective runs, rather than joining a group that never ends.
+  const auto sums = all_reduced(world, static_cast<float>(world.rank() + 1));
+  const float want = static_cast<float>(world.size() * (world.size() + 1) / 2);
+  for (float v : sums) CHECK(v == want);
+}
+
+TEST_CASE("a collective's recorded time leaves out the work queued before it", "[emulated]") {
+  if (!on_gpu()) return;
+  auto& world = ted::test::world();
+  ted::Ledger ledger;
+  ledger.set_keep_entries(true);
+  world.set_ledger(&ledger);
+  const cudaStream_t stream = ted::cuda::stream_of(ted::test::device());
+  // 300 ms of "compute" on the device's stream, then the collective.
+  auto slow = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
+  REQUIRE(cudaLaunchHostFunc(stream, slow, nullptr) == cudaSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  all_reduced(world, 1.0f);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  world.set_ledger(nullptr);
+  REQUIRE(ledger.entries().size() == 1);
+  CHECK(wall >= 0.3);
+  CHECK(ledger.entries()[0].seconds < 0.15);
+}
+
+TEST_CASE("memory the pool keeps goes back to the GPU for cuBLAS and for the next device",
+          "[emulated]") {
+  if (!on_gpu()) return;
+  std::size_t free_before = 0, total = 0;
+  {
+    auto device = ted::make_gpu_device(0);
+    REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+    REQUIRE(total == std::size_t{256} << 20);
+    // Nearly all of the GPU, freed into the pool, which keeps it (release threshold: all).
+    { ted::DeviceBuffer big(*device, free_before - (std::size_t{2} << 20)); }
+    device->synchronize();
+    // cuBLAS's workspace comes from cudaMalloc, not the pool: the kernel tables must hand the
+    // pool's memory back first.
+    CHECK_NOTHROW(ted::make_ops<float>(*device));
+  }
+  // The device went away: what its pool kept is free again for the next one.
+  std::size_t free_after = 0;
+  REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  CHECK(free_after >= free_before);
+}
+
+TEST_CASE("a collective whose peer never comes ends the process with one line",
+          "[.watchdog][emulated][nccl]") {
+  if (ted::test::backend() != ted::CommBackend::nccl || ted::test::world().size() < 2) return;
+  auto& world = ted::test::world();
+  if (world.rank() == 0) {
+    all_reduced(world, 1.0f);  // rank 1 never joins: the watchdog ends this process
+    FAIL("the all-reduce returned without its peer");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // waits until mpirun ends it
+}
+
+TEST_CASE("with TED_CUDA_DEBUG=1 a failing kernel is reported at its launch, by name",
+          "[.debug_launches][emulated]") {
+  REQUIRE(ted::cuda::debug_launches());
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);  // this test leaves its device failed
+  cudaStream_t stream;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  int* out = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&out), 32 * sizeof(int)) == cudaSuccess);
+  try {
+    ted::cuda::launch<stuck_kernel>(1, 32, 0, stream, out);
+    FAIL("the launch returned");
+  } catch (const ted::Error& e) {
+    const std::string text = e.what();
+    INFO(text);
+    CHECK(text.find("stuck_kernel") != std::string::npos);
+    CHECK(text.find("failed while running") != std::string::npos);
+  }
+}
