@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Proof that the emulated GPU is not a no-op: plants one-line bugs in the CUDA sources, one at a
+# time, in a copy of the tree, and shows that each makes a test on the emulated GPU fail
+# (docs/emulated_gpu.md). Prints one line per bug, caught or MISSED, and exits 1 if any was
+# missed. The bugs include the defects issue 23 fixed, each put back, so each fix is shown to be
+# what its test needs. Takes about 30 minutes on 2 cores (one build, then a rebuild and a test
+# per bug).
+#   ./scripts/mutation_check.sh [scratch folder]     # default /tmp/ted-mutations
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+scratch=${1:-/tmp/ted-mutations}
+source "$root/scripts/common.sh"
+ted_install_missing || exit 2
+ted_mpi_env
+export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 TED_EMU_DELAY_US=20 TED_EMU_MEMORY=256M
+
+# name | file | the text as it is (\n: a line break) | as the bug has it | the test that must fail
+mutations=(
+  "cuBLAS operands swapped (A for B)|lib/ted/kernels/cuda/gemm.cu|&alpha, b, cuda_type<In>(), ldb,\n                                  a, cuda_type<In>(), lda,|&alpha, a, cuda_type<In>(), lda,\n                                  b, cuda_type<In>(), ldb,|backend [linear]"
+  "off-by-one in a kernel's index (dispatch)|lib/ted/kernels/cuda/moe.cu|* capacity + slot[c];\n    buffer[|* capacity + slot[c] + 1;\n    buffer[|backend [permutation]"
+  "__syncthreads removed (block reductions)|lib/ted/kernels/cuda/common.cuh|  if (lane == 0) shared[warp] = v;\n  __syncthreads();\n  float total|  if (lane == 0) shared[warp] = v;\n  float total|backend [layernorm]"
+  "__syncthreads removed (fused attention)|lib/ted/kernels/cuda/flash_attention.cuh|    __syncthreads();  // the previous tile's k, v and s are used up|    // (barrier removed)|backend [attention]"
+  "synchronisation before a host read removed|lib/ted/backend/cuda/cuda_device.cu|cudaMemcpyDeviceToHost, stream_));\n    TED_CHECK_CUDA(cudaStreamSynchronize(stream_));|cudaMemcpyDeviceToHost, stream_));|comm mpi 2"
+  "wrong NCCL count (all-gather)|lib/ted/comm/nccl/nccl_communicator.cpp|ncclAllGather(send, recv, count, |ncclAllGather(send, recv, count - (count > 1), |comm nccl 2"
+  "defect: sums of squares back to one atomic add|lib/ted/kernels/cuda/optimizer.cu|  if (threadIdx.x == 0) partials[blockIdx.x] = block;|  if (threadIdx.x == 0) atomicAdd(partials, block);|backend [optimizer]"
+  "defect: experts' hidden gradient rounded to the storage type|lib/ted/kernels/cuda/moe.cu|d[i] *= gelu_grad(load(hidden[i]));|d[i] = load(store<T>(d[i] * gelu_grad(load(hidden[i]))));|backend [experts]"
+  "defect: collective timed with the compute queued before it|lib/ted/comm/communicator.cpp|  synchronize();\n  auto start = std::chrono::steady_clock::now();\n  call();|  auto start = std::chrono::steady_clock::now();\n  call();|comm mpi 2"
+  "defect: the pool's memory kept when cuBLAS sets up|lib/ted/kernels/cuda/gemm.cu|  ted::cuda::release_cached_memory(device);\n|\n|comm mpi 2"
+  "defect: a failed NCCL group left open|lib/ted/comm/nccl/nccl_communicator.cpp|    if (open_) ncclGroupEnd();|    (void)open_;|comm nccl 2"
+  "defect: staged all-to-all pins new buffers each start|lib/ted/comm/staged_mpi_communicator.cpp|  for (auto it = spare_pairs_.begin(); it != spare_pairs_.end(); ++it)|  for (auto it = spare_pairs_.end(); it != spare_pairs_.end(); ++it)|comm mpi 2"
+  "defect: a grid's y limit ignored (column reductions)|lib/ted/kernels/cuda/layers.cu|  return needed > kRowChunk ? needed : kRowChunk;|  return kRowChunk + 0 * needed;|backend [large]"
+)
+
+echo "== copying the tree to $scratch"
+mkdir -p "$scratch"
+rsync -a --delete --exclude '/build*' --exclude '/.git' --exclude '/results/local' "$root/" "$scratch/src/"
+build="$scratch/build"
+targets=(test_backend_emulated test_comm_emulated)
+echo "== building the emulated tests (once)"
+cmake -S "$scratch/src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTED_ENABLE_CUDA=OFF \
+  >"$scratch/configure.log" 2>&1 || { echo "configure failed: $scratch/configure.log"; exit 2; }
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$scratch/build.log" 2>&1 ||
+  { echo "build failed: $scratch/build.log"; exit 2; }
+
+run_test() {  # <backend|comm> <catch filter or comm> [ranks]
+  case $1 in
+    backend) timeout 900 "$build/tests/test_backend_emulated" --device cuda "$2" ;;
+    comm) timeout 600 mpirun -n "$3" --oversubscribe -q "$build/tests/test_comm_emulated" \
+      --device cuda --backend "$2" ;;
+  esac
+}
+
+echo "== the tests pass on the sources as they are"
+for test in "backend [linear]" "backend [permutation]" "backend [layernorm]" "backend [attention]" \
+  "backend [optimizer]" "backend [experts]" "backend [large]" "comm mpi 2" "comm nccl 2"; do
+  # shellcheck disable=SC2086
+  run_test $test >"$scratch/baseline.log" 2>&1 || { echo "baseline failed: $test ($scratch/baseline.log)"; exit 2; }
+done
+
+missed=0
+for entry in "${mutations[@]}"; do
+  IFS='|' read -r name file before after test <<<"$entry"
+  cp "$scratch/src/$file" "$scratch/original"
+  if ! /usr/bin/python3 - "$scratch/src/$file" "$before" "$after" <<'PY'; then
+import sys
+path, before, after = sys.argv[1], sys.argv[2].replace("\\n", "\n"), sys.argv[3].replace("\\n", "\n")
+text = open(path).read()
+if text.count(before) != 1:
+    sys.exit(f"the text to change occurs {text.count(before)} times")
+open(path, "w").write(text.replace(before, after))
+PY
+    echo "NOT PLANTED  $name ($file: the text to change was not found)"
+    missed=$((missed + 1))
+    continue
+  fi
+  if ! cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$scratch/rebuild.log" 2>&1; then
+    echo "NOT BUILT    $name (the planted bug does not compile: $scratch/rebuild.log)"
+    missed=$((missed + 1))
+  else
+    # shellcheck disable=SC2086
+    if run_test $test >"$scratch/mutant.log" 2>&1; then
+      echo "MISSED       $name: '$test' still passes"
+      missed=$((missed + 1))
+    else
+      reason=$(grep -m1 -E "FAILED|failed|error|Error" "$scratch/mutant.log" | cut -c1-120)
+      echo "caught       $name: '$test' fails ($reason)"
+    fi
+  fi
+  cp "$scratch/original" "$scratch/src/$file"
+done
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >/dev/null 2>&1
+echo "== $((${#mutations[@]} - missed)) of ${#mutations[@]} planted bugs caught"
+[ "$missed" -eq 0 ]
