@@ -10,9 +10,11 @@
 namespace ted {
 
 // MPI_Init_thread / MPI_Finalize for the lifetime of main(). Finalizes only what it initialised.
+// With `start` false it calls no MPI at all and stands for one rank of one (--check on a login
+// node, where some sites refuse MPI outside srun).
 class MpiSession {
  public:
-  MpiSession(int* argc, char*** argv);
+  MpiSession(int* argc, char*** argv, bool start = true);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
