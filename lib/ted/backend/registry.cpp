@@ -85,14 +85,11 @@ std::pair<int, int> node_rank_and_size(MPI_Comm comm) {
 }
 }  // namespace
 
-void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks) {
-  if (device == DeviceKind::cuda) {
-    if (!cuda_compiled())
-      throw ConfigError(
-          "backend cuda: this build has no CUDA backend (configure found no nvcc; see the "
-          "feature summary)");
-    if (gpu_count() == 0) throw ConfigError("backend cuda: no GPU is visible to this process");
-  }
+void require_built(DeviceKind device, CommBackend comm) {
+  if (device == DeviceKind::cuda && !cuda_compiled())
+    throw ConfigError(
+        "backend cuda: this build has no CUDA backend (configure found no nvcc; see the "
+        "feature summary)");
   if (comm != CommBackend::nccl) return;
   if (device != DeviceKind::cuda)
     throw ConfigError("comm nccl carries GPU memory: use it with backend cuda (comm mpi on cpu)");
@@ -100,7 +97,13 @@ void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks) {
     throw ConfigError(
         "comm nccl: this build has no NCCL backend (configure found no NCCL; see the feature "
         "summary)");
-  if (ranks == MPI_COMM_NULL) return;
+}
+
+void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks) {
+  require_built(device, comm);
+  if (device == DeviceKind::cuda && gpu_count() == 0)
+    throw ConfigError("backend cuda: no GPU is visible to this process");
+  if (comm != CommBackend::nccl || ranks == MPI_COMM_NULL) return;
   const int local_ranks = node_rank_and_size(ranks).second;
   if (local_ranks > gpu_count())
     throw ConfigError("comm nccl needs one GPU per rank: " + std::to_string(local_ranks) +
