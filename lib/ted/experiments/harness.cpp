@@ -14,6 +14,8 @@
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
+#include "ted/core/parallel.hpp"
+#include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
 #include "ted/grid/ted_groups.hpp"
 #include "ted/model/gpt.hpp"
@@ -227,6 +229,7 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
     auto device_world = make_device_communicator(parse_comm_backend(run.comm), device,
                                                  host->native_handle(), nullptr);
     result.device = device.name();
+    result.threads = parallel_threads();
     result.comm = device_world->name();
     ProcessGrid grid(G, point.layout);
     TedGroups groups(*ranks, *device_world, grid);
@@ -346,8 +349,9 @@ CsvTable result_table() {
                                       "all_to_all_calls"};
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
     columns.push_back("peak_" + std::string(to_string(static_cast<MemoryCategory>(c))) + "_bytes");
+  // threads and slurm_job last, so older CSVs gain them as trailing columns.
   for (const char* name : {"peak_total_bytes", "budget_bytes", "fits", "status", "final_loss",
-                           "git_revision", "command"})
+                           "git_revision", "command", "threads", "slurm_job"})
     columns.push_back(name);
   return CsvTable(columns);
 }
@@ -406,6 +410,11 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
   else
     table.add("").add("");
   table.add(r.status).add(r.final_loss).add(git_revision()).add(command);
+  if (r.threads > 0)
+    table.add(r.threads);
+  else
+    table.add("");
+  table.add(slurm_job());
 }
 
 void append_rows(const CsvTable& table, const std::string& path) {
