@@ -83,6 +83,8 @@ cleanup() {
       [ -z "$(squeue -h 2>/dev/null)" ] && break
       sleep 1
     done
+    # every job of this cluster, array tasks included (each logs under its own id)
+    our_jobs+=($(scontrol -o show jobs 2>/dev/null | sed -n 's/^JobId=\([0-9]*\) .*/\1/p'))
   fi
   local i pid
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do  # slurmd, slurmctld, then munged
@@ -130,6 +132,8 @@ echo "export OMPI_MCA_pmix_base_collect_data=0"
 EOF
 chmod 755 "$tmp/task_prolog.sh"
 host=$(hostname -s)
+# job ids far from a real cluster's few first, since the logs land in slurm/logs/
+first_job=$((60000000 + RANDOM % 1000 * 1000))
 cat >"$SLURM_CONF" <<EOF
 ClusterName=tedtest
 SlurmctldHost=localhost(127.0.0.1)
@@ -155,6 +159,7 @@ MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
 MinJobAge=3600
+FirstJobId=$first_job
 KillWait=5
 MailProg=/bin/true
 NodeName=ted1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$node1_port CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=2000
