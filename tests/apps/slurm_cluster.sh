@@ -19,7 +19,8 @@
 #   4. -c 2: srun gets --cpus-per-task, so each rank runs 2 kernel threads;
 #   5. scancel of a job half-way: CANCELLED, its CSV only whole rows (at least one).
 # Stops every daemon it started, by process id. SKIPPED (exit 77), with the reason, where it
-# cannot run: not root (the daemons and apt-get need it), or no apt-get.
+# cannot run: not root (the daemons and apt-get need it), or no apt-get. TED_SLURM_KEEP=1 keeps
+# the scratch folder (configuration, daemons' logs, CSVs) for a look after a failure.
 #   slurm_cluster.sh <repository root> <build dir>
 set -u
 root=$(cd "$1" && pwd)
