@@ -780,6 +780,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
           const int ranks = check.ranks_for(mpi.world_size());
           Plan plan = planner(config, where, ranks);
           check_layouts(plan, where);
+          check_plan(plan, config, experiment, where, ranks);  // the inputs' errors first
           check_output();
           plan = select_point(std::move(plan), point, ranks, where);
           const std::string verdict = check_plan(plan, config, experiment, where, ranks);
