@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the sbatch scripts as their last lines: they set TED_REPO (the repository root:
 # $TED_REPO, else the directory sbatch ran in, SLURM_SUBMIT_DIR, else the script's ../) and
 # define ted_steps (their programs: `ted_experiment <name>` or one `ted_step <program>
@@ -58,7 +59,7 @@ ted_step() {  # <program> <arguments...>: check it (plain process) or run it (sr
 }
 
 ted_experiment() {  # <experiment>: one step of ted_<experiment> per YAML of CONFIG
-  local name=$1 configs config point= overrides word
+  local name=$1 configs config point='' overrides word
   read -r -a configs <<<"${CONFIG:-}"
   [ ${#configs[@]} -gt 0 ] || ted_die "CONFIG names no YAML"
   if [ -n "$TED_INDEX" ]; then

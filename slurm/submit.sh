@@ -34,7 +34,7 @@ script=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 shift
 export TED_REPO=${TED_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 
-nodes= per_node= ntasks= gpus_per_node= gpus= array=
+nodes='' per_node='' ntasks='' gpus_per_node='' gpus='' array=''
 take() {  # <sbatch options...>: the ones that shape the job (later ones win)
   local option value
   while [ $# -gt 0 ]; do
