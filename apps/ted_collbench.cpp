@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ted/app/app_main.hpp"
+#include "ted/app/check.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/bench/collective_bench.hpp"
 #include "ted/core/error.hpp"
@@ -104,13 +105,15 @@ int main(int argc, char** argv) {
         const std::uint64_t need =
             ted::bench::peak_bytes(options, grid.group_size(options.group), on_host);
         if (check.enabled) {
+          const std::string needs =
+              ted::check_needs(device_name, backend_name, ranks, "--backend/--device");
           if (mpi.world_rank() == 0)
             std::printf(
                 "ted_collbench: check passed: %s on the %s group, %d ranks as %s, up to %s "
-                "per rank\n",
+                "per rank\n%s",
                 std::string(ted::to_string(options.op)).c_str(),
                 std::string(ted::to_string(options.group)).c_str(), ranks,
-                layout.to_string().c_str(), ted::format_bytes(need).c_str());
+                layout.to_string().c_str(), ted::format_bytes(need).c_str(), needs.c_str());
           return 0;
         }
         ted::require_backend(device_kind, backend, MPI_COMM_WORLD);

@@ -1,20 +1,41 @@
+# shellcheck shell=bash
 # Sourced by the sbatch scripts as their last lines: they set TED_REPO (the repository root:
 # $TED_REPO, else the directory sbatch ran in, SLURM_SUBMIT_DIR, else the script's ../) and
-# define ted_steps (their programs, one `ted_step <program> <arguments...>` per srun step), then
-# call `ted_main <job name> "$@"`, which first changes to TED_REPO, then:
-#   script --check [--ranks N]  on any machine, no srun: runs each step's program as one plain
-#                               process with `--check --ranks N` (N: $SLURM_NTASKS, else 1);
-#                               exit 0 when all pass, else 2 (the program's line is on stderr).
+# define ted_steps (their programs: `ted_experiment <name>` or one `ted_step <program>
+# <arguments...>` per srun step), then call `ted_main <job name> "$@"`, which first changes to
+# TED_REPO, then:
+#   script --check [--ranks N] [--array-index K]
+#                               on any machine, no srun, no MPI: runs each step's program as one
+#                               plain process with `--check --ranks N` (N: $SLURM_NTASKS, else
+#                               1), as array task K would; exit 0 when all pass, else 2 (the
+#                               program's line is on stderr). Each program's last line says
+#                               what the job needs (`needs: backend=cuda comm=nccl ranks=N`).
 #                               slurm/submit.sh runs this before it calls sbatch.
 #   script (inside a job)       the same check for the job's rank count (exit 2 before any srun
-#                               on a problem), then one `srun --mpi=$SRUN_MPI` per step; srun
-#                               takes the shape (nodes, tasks, GPUs) from the allocation.
+#                               on a problem; also when a job that needs GPUs has more tasks on a
+#                               node than GPUs), then one srun per step; srun takes the shape
+#                               (nodes, tasks, GPUs) from the allocation, and --cpus-per-task
+#                               from the job (srun no longer inherits it from sbatch).
 # Outside a job without --check it refuses (exit 2): submit with slurm/submit.sh or sbatch.
-# SRUN_MPI: srun's --mpi plugin (default pmix; pmi2 or another your site's MPI was built with).
+#
+# Variables (export them before submit.sh or sbatch, which hands them to the job; paths are
+# relative to the repository root):
+#   CONFIG     the experiment YAML, or several separated by spaces: a job runs each in turn (one
+#              srun step each); an array job runs entry SLURM_ARRAY_TASK_ID of them (1-based),
+#              or, with one YAML, only point SLURM_ARRAY_TASK_ID of its plan (--point)
+#   CLUSTER    the cluster YAML the memory check judges by (--set run.cluster=...)
+#   CSV        the CSV the rows are appended to (default results/local/slurm/<experiment>_<YAML
+#              name>.csv: ignored by git); every row carries the job id (slurm_job)
+#   SET        --set overrides, separated by spaces, e.g. "run.iters=2 model.layers=8"
+#   BUILD_DIR  where the programs were built (default build)
+#   SRUN_MPI   srun's --mpi plugin (default pmix; pmi2 or another your site's MPI was built with)
 
 SRUN_MPI=${SRUN_MPI:-pmix}
+BUILD_DIR=${BUILD_DIR:-build}
 TED_MODE=check   # ted_step's action: check or run
 TED_RANKS=1      # the rank count the steps are checked against and run on
+TED_INDEX=       # the array task's index (1-based), empty outside an array
+TED_NEEDS_GPU=0  # set by the check when a step runs on the cuda backend
 
 ted_die() {  # <message>: one line on stderr, exit 2
   echo "$TED_NAME: $*" >&2
@@ -24,23 +45,57 @@ ted_die() {  # <message>: one line on stderr, exit 2
 ted_step() {  # <program> <arguments...>: check it (plain process) or run it (srun)
   if [ "$TED_MODE" = check ]; then
     [ -x "$1" ] || ted_die "$1 is not an executable (build the suite first, or set BUILD_DIR)"
-    local rc=0
-    "$@" --check --ranks "$TED_RANKS" || rc=$?
+    local rc=0 out
+    out=$("$@" --check --ranks "$TED_RANKS") || rc=$?
+    [ -z "$out" ] || echo "$out"
     [ "$rc" = 0 ] || ted_die "the check of $(basename "$1") failed (exit $rc) for $TED_RANKS ranks"
-  else
-    srun --mpi="$SRUN_MPI" --cpu-bind=cores "$@"
+    grep -q '^needs: backend=cuda ' <<<"$out" && TED_NEEDS_GPU=1
+    return 0
   fi
+  local launch=(srun --mpi="$SRUN_MPI" --cpu-bind=cores)
+  [ -n "${SLURM_CPUS_PER_TASK:-}" ] && launch+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+  echo "$TED_NAME: ${launch[*]} $*"
+  "${launch[@]}" "$@"
 }
 
-ted_job_ranks() {  # the job's rank count, from the allocation
-  local nodes=${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-}} per_node=${SLURM_NTASKS_PER_NODE:-}
-  if [ -n "${SLURM_NTASKS:-}" ]; then
-    echo "$SLURM_NTASKS"
-  elif [[ "$nodes" =~ ^[0-9]+$ && "$per_node" =~ ^[0-9]+$ ]]; then
-    echo $((nodes * per_node))
-  else
-    ted_die "cannot tell the job's rank count (SLURM_NTASKS unset); give sbatch --ntasks-per-node"
+ted_experiment() {  # <experiment>: one step of ted_<experiment> per YAML of CONFIG
+  local name=$1 configs config point='' overrides word
+  read -r -a configs <<<"${CONFIG:-}"
+  [ ${#configs[@]} -gt 0 ] || ted_die "CONFIG names no YAML"
+  if [ -n "$TED_INDEX" ]; then
+    if [ ${#configs[@]} -gt 1 ]; then
+      [ "$TED_INDEX" -ge 1 ] && [ "$TED_INDEX" -le ${#configs[@]} ] || ted_die "array index" \
+        "$TED_INDEX: CONFIG lists ${#configs[@]} YAMLs (indices 1-${#configs[@]})"
+      configs=("${configs[TED_INDEX - 1]}")
+    else
+      [ "$TED_INDEX" -ge 1 ] || ted_die "array index $TED_INDEX: plan points are numbered from 1"
+      point=$TED_INDEX
+    fi
   fi
+  for config in "${configs[@]}"; do
+    local csv=${CSV:-results/local/slurm/${name}_$(basename "$config" .yaml).csv}
+    local args=(-c "$config" --csv "$csv")
+    [ -n "${CLUSTER:-}" ] && args+=(--set "run.cluster=$CLUSTER")
+    read -r -a overrides <<<"${SET:-}"
+    for word in "${overrides[@]}"; do args+=(--set "$word"); done
+    [ -n "$point" ] && args+=(--point "$point")
+    ted_step "$BUILD_DIR/apps/ted_$name" "${args[@]}"
+  done
+}
+
+ted_count() {  # <value> <what>: the value when a positive count, else exit 2
+  [[ "$1" =~ ^[1-9][0-9]*$ ]] || ted_die "$2 needs a positive count, not '$1'"
+  echo "$1"
+}
+
+ted_max_tasks_per_node() {  # the most tasks Slurm put on one node: SLURM_TASKS_PER_NODE="4(x2),3"
+  local most=0 entry count entries
+  IFS=, read -r -a entries <<<"${SLURM_TASKS_PER_NODE:-}"
+  for entry in "${entries[@]}"; do
+    count=${entry%%(*}
+    [[ "$count" =~ ^[0-9]+$ ]] && [ "$count" -gt "$most" ] && most=$count
+  done
+  echo "$most"
 }
 
 ted_main() {  # <job name> <the script's arguments...>
@@ -49,30 +104,45 @@ ted_main() {  # <job name> <the script's arguments...>
   cd "$TED_REPO" || exit 2
   if [ "${1:-}" = --check ]; then
     TED_RANKS=${SLURM_NTASKS:-1}
-    if [ $# = 3 ] && [ "$2" = --ranks ]; then
-      TED_RANKS=$3
-    elif [ $# != 1 ]; then
-      ted_die "usage: $(basename "$0") --check [--ranks N]"
-    fi
-    [[ "$TED_RANKS" =~ ^[1-9][0-9]*$ ]] || ted_die "--ranks needs a positive count, not '$TED_RANKS'"
+    shift
+    while [ $# -gt 0 ]; do
+      case $1 in
+        --ranks) TED_RANKS=$(ted_count "${2:-}" --ranks) || exit 2 ;;
+        --array-index) TED_INDEX=$(ted_count "${2:-}" --array-index) || exit 2 ;;
+        *) ted_die "usage: $(basename "$0") --check [--ranks N] [--array-index K]" ;;
+      esac
+      shift 2
+    done
+    TED_RANKS=$(ted_count "$TED_RANKS" --ranks) || exit 2
     ted_steps
     return 0
   fi
   [ -n "${SLURM_JOB_ID:-}" ] ||
     ted_die "not inside a Slurm job: submit it with slurm/submit.sh or sbatch (see its top)"
   [ $# = 0 ] || ted_die "unexpected arguments: $* (inside a job the script takes none)"
-  TED_RANKS=$(ted_job_ranks) || exit 2
-  local nodes=${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-?}} per_node=${SLURM_NTASKS_PER_NODE:-?}
-  local gpus=${SLURM_GPUS_PER_NODE:-?}
+  # without -n or --ntasks-per-node, srun starts one task per node
+  TED_RANKS=${SLURM_NTASKS:-${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-}}}
+  TED_RANKS=$(ted_count "$TED_RANKS" "the job's rank count (SLURM_NTASKS)") || exit 2
+  TED_INDEX=${SLURM_ARRAY_TASK_ID:-}
+  local nodes=${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-?}} per_node gpus
+  per_node=$(ted_max_tasks_per_node)
+  [ "$per_node" -gt 0 ] || per_node=1
+  gpus=${SLURM_GPUS_ON_NODE:-${SLURM_GPUS_PER_NODE:-}}
   gpus=${gpus##*:}  # "a100:8" -> 8
-  if [[ "$per_node" =~ ^[0-9]+$ && "$gpus" =~ ^[0-9]+$ ]] && [ "$per_node" -gt "$gpus" ]; then
-    ted_die "$per_node ranks per node but $gpus GPUs per node (one rank per GPU): give sbatch" \
-      "matching --ntasks-per-node and --gpus-per-node"
-  fi
-  echo "$TED_NAME: job $SLURM_JOB_ID, $TED_RANKS ranks on $nodes nodes ($per_node per node," \
-    "$gpus GPUs per node), srun --mpi=$SRUN_MPI, in $(pwd)"
+  echo "$TED_NAME: job $SLURM_JOB_ID${TED_INDEX:+ (array task $TED_INDEX)}, $TED_RANKS ranks" \
+    "on $nodes nodes (${SLURM_TASKS_PER_NODE:-?} per node, ${gpus:-no} GPUs per node," \
+    "${SLURM_CPUS_PER_TASK:-1} CPUs per task), srun --mpi=$SRUN_MPI, in $(pwd)"
   TED_MODE=check
   ted_steps
+  if [ "$TED_NEEDS_GPU" = 1 ]; then
+    if [[ "$gpus" =~ ^[0-9]+$ ]]; then
+      [ "$per_node" -le "$gpus" ] || ted_die "$per_node ranks on a node but $gpus GPUs per node" \
+        "(one rank per GPU): give sbatch matching -n/--ntasks-per-node and --gpus-per-node"
+    else
+      echo "$TED_NAME: note: the job runs on GPUs but asked Slurm for none (--gpus-per-node);" \
+        "each rank takes a GPU its node shows it"
+    fi
+  fi
   TED_MODE=run
   ted_steps
 }

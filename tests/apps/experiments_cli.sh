@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The experiment programs' handling of input: bad YAML (unknown key, wrong type, a layout that
 # does not divide the ranks, the wrong experiment, a list of the wrong length, an unknown dtype,
-# NCCL on the CPU, the CUDA backend without a GPU) gives one line naming the file and key, exit
-# 2 and no CSV; the paper YAMLs as they are stop with one line on a machine without a GPU, and
-# stay valid (on the CPU backend every point needs more ranks than launched and is skipped).
+# NCCL on the CPU, the CUDA backend without a GPU, ranks that give the plan no point or leave
+# ranks idle, --point beyond the plan) gives one line naming the file and key, exit 2 and no
+# CSV; --point K runs only point K; the paper YAMLs as they are stop with one line on a machine
+# without a GPU, and stay valid (on the CPU backend every point needs more ranks than launched:
+# one line naming them, exit 2).
 #   experiments_cli.sh <build/apps> <repository root> <scratch dir> <mpirun>
 set -u
 apps=$1
@@ -32,6 +34,15 @@ bad_input "an unknown dtype" ted_ablation ranks 2 ted_ablation -c "$ablation" --
 bad_input "an unknown --dtype" ted_ablation ranks 2 ted_ablation -c "$ablation" --dtype fp8
 bad_input "an unknown --backend" ted_ablation ranks 2 ted_ablation -c "$ablation" --backend tpu
 bad_input "NCCL on the CPU backend" ted_ablation ranks 2 ted_ablation -c "$ablation" --comm nccl
+bad_input "3 ranks for a 4-rank layout (no point)" ted_ablation ranks 3 ted_ablation -c "$ablation"
+bad_input "8 ranks for a 4-rank layout (4 idle)" ted_ablation ranks 8 ted_ablation -c "$ablation"
+bad_input "--point beyond the plan" ted_ablation ranks 4 ted_ablation -c "$ablation" --point 6
+if ranks 4 ted_ablation -c "$ablation" --point 2 --iters 0 --csv "$scratch/point.csv" \
+  >"$scratch/point.out" 2>&1 && [ "$(cut -d, -f2 "$scratch/point.csv" | tail -n +2)" = ted+dtd ]; then
+  echo "ok: --point 2 runs only the second point (ted+dtd)"
+else
+  fail "--point 2: $(cat "$scratch/point.out" "$scratch/point.csv" 2>&1)"
+fi
 has_gpu=0
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && has_gpu=1
 if [ "$has_gpu" = 0 ]; then
@@ -50,15 +61,16 @@ for experiment in ablation weak_scaling strong_scaling memory; do
   fi
   [ -e "$scratch/paper.csv" ] && fail "paper $experiment: wrote a CSV with nothing measured"
   # On the CPU backend (fp16 as the paper: mixed precision runs on the CPU too) every point
-  # needs more ranks than launched and is skipped with a line.
-  if "$apps/ted_$experiment" -c "$paper" --set run.backend=cpu --set run.comm=mpi --iters 0 \
-    --csv "$scratch/paper.csv" >"$out" 2>&1; then
-    grep -q "^# skipping" "$out" || fail "paper $experiment: no skipped points: $(cat "$out")"
-    [ -e "$scratch/paper.csv" ] && fail "paper $experiment: wrote a CSV with nothing measured"
-    echo "ok: experiments/$experiment/paper.yaml is valid"
+  # needs more ranks than launched: one line naming them, exit 2.
+  "$apps/ted_$experiment" -c "$paper" --set run.backend=cpu --set run.comm=mpi --iters 0 \
+    --csv "$scratch/paper.csv" >"$out" 2>&1
+  rc=$?
+  if [ "$rc" = 2 ] && [ "$(wc -l <"$out")" = 1 ] && grep -q "no point to run on 1 rank: skipping" "$out"; then
+    echo "ok: experiments/$experiment/paper.yaml is valid (every point needs more than 1 rank)"
   else
-    fail "paper $experiment: $(cat "$out")"
+    fail "paper $experiment: exit $rc: $(cat "$out")"
   fi
+  [ -e "$scratch/paper.csv" ] && fail "paper $experiment: wrote a CSV with nothing measured"
 done
 # 16-bit on CPU ranks: one bf16 point of the ablation, its row naming backend, dtype, comm.
 if ranks 4 ted_ablation -c "$ablation" --set systems=ted --dtype bf16 --iters 0 \

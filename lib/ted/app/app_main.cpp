@@ -2,7 +2,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 
@@ -61,7 +63,11 @@ int fail(const MpiSession& mpi, int code) {
 
 int run_app(int argc, char** argv, CLI::App& app, const std::function<int(MpiSession&)>& body,
             const CheckMode* check) {
-  MpiSession mpi(&argc, &argv, mpi_thread_level());
+  // --check validates as one plain process: no MPI_Init, so it runs on a login node that
+  // refuses MPI outside srun (the body sees one rank of one).
+  const bool check_only = std::any_of(
+      argv + 1, argv + argc, [](const char* arg) { return std::strcmp(arg, "--check") == 0; });
+  MpiSession mpi(&argc, &argv, mpi_thread_level(), !check_only);
   const std::string name = app.get_name();
   bool rank0 = mpi.world_rank() == 0;
   try {

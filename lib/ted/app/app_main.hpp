@@ -33,7 +33,8 @@ struct CheckMode {
 };
 void add_check_options(CLI::App& app, CheckMode& mode);
 
-// Starts MPI, parses the command line into the options declared on `app`, runs `body` and
+// Starts MPI (not with --check on the command line: then no MPI call at all, one rank of one),
+// parses the command line into the options declared on `app`, runs `body` and
 // returns the process exit code. With `check` enabled the Slurm task count is not compared
 // with the world (the check runs as one process inside a many-task job).
 int run_app(int argc, char** argv, CLI::App& app, const std::function<int(MpiSession&)>& body,

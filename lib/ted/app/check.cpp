@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "ted/backend/registry.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
@@ -32,8 +33,19 @@ CheckedFit check_fit(const train::RunConfig& run, int ranks, std::uint64_t need)
   return checked;
 }
 
+std::string check_needs(const std::string& backend, const std::string& comm, int ranks,
+                        const std::string& where) {
+  try {
+    require_built(parse_device_kind(backend), parse_comm_backend(comm));
+  } catch (const ConfigError& e) {
+    throw ConfigError(where + ": " + e.what());
+  }
+  return "needs: backend=" + backend + " comm=" + comm + " ranks=" + std::to_string(ranks) + "\n";
+}
+
 int report_check(const std::string& program, const std::string& where, const train::RunConfig& run,
                  int ranks, const Layout& layout, std::uint64_t need, bool print) {
+  const std::string needs = check_needs(run.backend, run.comm, ranks, where);
   const CheckedFit checked = check_fit(run, ranks, need);
   if (!checked.fit.fits) throw ConfigError(where + ": does not fit: " + checked.fit.text);
   if (print)
@@ -42,6 +54,7 @@ int report_check(const std::string& program, const std::string& where, const tra
         "against %s\n",
         program.c_str(), where.c_str(), ranks, layout.to_string().c_str(),
         format_bytes(need).c_str(), checked.against.c_str());
+  if (print) std::fputs(needs.c_str(), stdout);
   return 0;
 }
 

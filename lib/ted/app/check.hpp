@@ -22,8 +22,16 @@ struct CheckedFit {
 };
 CheckedFit check_fit(const train::RunConfig& run, int ranks, std::uint64_t need);
 
-// --check of one training run: ConfigError "<where>: does not fit: ..." when it does not fit;
-// else prints "<program>: check passed: ..." (when `print`) and returns 0.
+// The line --check prints last, which slurm/submit.sh and the sbatch scripts read:
+//   needs: backend=<cpu|cuda> comm=<mpi|nccl> ranks=<N>
+// after checking that this build has that backend and communicator (registry.hpp
+// require_built: the build, not this machine's GPUs; the ConfigError starts with `where`).
+std::string check_needs(const std::string& backend, const std::string& comm, int ranks,
+                        const std::string& where);
+
+// --check of one training run: ConfigError "<where>: does not fit: ..." when it does not fit
+// or the build lacks its backend; else prints "<program>: check passed: ..." and the needs line
+// (when `print`) and returns 0.
 int report_check(const std::string& program, const std::string& where, const train::RunConfig& run,
                  int ranks, const Layout& layout, std::uint64_t need, bool print);
 

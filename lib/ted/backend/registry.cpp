@@ -129,22 +129,24 @@ int sharing_my_gpu(const NodeGpus& gpus) {
 #endif
 }  // namespace
 
+void require_built(DeviceKind device, CommBackend comm) {
+  if (device == DeviceKind::cuda && !cuda_compiled())
+    throw ConfigError(
+        "backend cuda: this build has no CUDA backend (configure found no nvcc; see the "
+        "feature summary)");
+  if (comm != CommBackend::nccl) return;
+  if (device != DeviceKind::cuda)
+    throw ConfigError("comm nccl carries GPU memory: use it with backend cuda (comm mpi on cpu)");
+  if (!nccl_compiled())
+    throw ConfigError(
+        "comm nccl: this build has no NCCL backend (configure found no NCCL; see the feature "
+        "summary)");
+}
+
 void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks) {
-  if (device == DeviceKind::cuda) {
-    if (!cuda_compiled())
-      throw ConfigError(
-          "backend cuda: this build has no CUDA backend (configure found no nvcc; see the "
-          "feature summary)");
-    if (gpu_count() == 0) throw ConfigError("backend cuda: no GPU is visible to this process");
-  }
-  if (comm == CommBackend::nccl) {
-    if (device != DeviceKind::cuda)
-      throw ConfigError("comm nccl carries GPU memory: use it with backend cuda (comm mpi on cpu)");
-    if (!nccl_compiled())
-      throw ConfigError(
-          "comm nccl: this build has no NCCL backend (configure found no NCCL; see the feature "
-          "summary)");
-  }
+  require_built(device, comm);
+  if (device == DeviceKind::cuda && gpu_count() == 0)
+    throw ConfigError("backend cuda: no GPU is visible to this process");
 #if TED_HAVE_CUDA
   if (device != DeviceKind::cuda || ranks == MPI_COMM_NULL) return;
   const NodeGpus gpus = node_gpus(ranks);
@@ -161,6 +163,8 @@ void require_backend(DeviceKind device, CommBackend comm, MPI_Comm ranks) {
     throw ConfigError("backend cuda: " + std::to_string(most) +
                       " ranks of a node would share a GPU that is in exclusive-process compute "
                       "mode (nvidia-smi -c): give each rank its own GPU, or change the mode");
+#else
+  (void)ranks;
 #endif
 }
 

@@ -34,6 +34,11 @@ std::unique_ptr<Ops<T>> make_ops(Device& device);
 // visible.
 std::unique_ptr<Device> make_gpu_device(int ordinal = 0);
 
+// Throws ConfigError, one line naming the option, unless this build has `device` with `comm`
+// (CUDA, NCCL compiled in; nccl only with cuda). Judges the build, not this machine's GPUs: what
+// --check can tell on a login node.
+void require_built(DeviceKind device, CommBackend comm);
+
 // Throws ConfigError, one line naming the option, unless `device` with `comm` can run here:
 // cuda needs the CUDA backend compiled and a GPU visible; nccl needs NCCL and the cuda device.
 // Given the ranks that will use it (collective over them), it also looks at the GPU each rank of

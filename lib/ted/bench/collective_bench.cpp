@@ -7,6 +7,7 @@
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
+#include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
 
 namespace ted::bench {
@@ -203,7 +204,8 @@ CsvTable collective_bench_table() {
                    "ledger_bytes_sent",
                    "ledger_bytes_recv",
                    "git_revision",
-                   "command"});
+                   "command",
+                   "slurm_job"});
 }
 
 void add_row(CsvTable& table, const CollectiveBenchOptions& options,
@@ -237,7 +239,8 @@ void add_row(CsvTable& table, const CollectiveBenchOptions& options,
   table.add(static_cast<unsigned long long>(row.ledger_bytes_sent))
       .add(static_cast<unsigned long long>(row.ledger_bytes_recv))
       .add(git_revision())
-      .add(context.command_line);
+      .add(context.command_line)
+      .add(slurm_job());
 }
 
 }  // namespace ted::bench

@@ -10,7 +10,8 @@
 
 namespace ted {
 
-MpiSession::MpiSession(int* argc, char*** argv, int thread_level) {
+MpiSession::MpiSession(int* argc, char*** argv, int thread_level, bool start) {
+  if (!start) return;
   int initialized = 0;
   TED_CHECK_MPI(MPI_Initialized(&initialized));
   if (!initialized) {
@@ -23,6 +24,7 @@ MpiSession::MpiSession(int* argc, char*** argv, int thread_level) {
 }
 
 MpiSession::~MpiSession() {
+  if (!initialized_here_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (initialized_here_ && !finalized) MPI_Finalize();

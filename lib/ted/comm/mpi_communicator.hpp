@@ -10,10 +10,12 @@
 namespace ted {
 
 // MPI_Init_thread / MPI_Finalize for the lifetime of main(). Finalizes only what it initialised.
-// `thread_level`: what the build needs (registry.hpp: mpi_thread_level()).
+// `thread_level`: what the build needs (registry.hpp: mpi_thread_level()). With `start` false
+// it calls no MPI at all and stands for one rank of one (--check on a login node, where some
+// sites refuse MPI outside srun).
 class MpiSession {
  public:
-  MpiSession(int* argc, char*** argv, int thread_level = MPI_THREAD_FUNNELED);
+  MpiSession(int* argc, char*** argv, int thread_level, bool start = true);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

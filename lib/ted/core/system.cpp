@@ -37,4 +37,13 @@ int slurm_tasks() {
                                                                         : 0;
 }
 
+std::string slurm_job() {
+  const char* array_job = std::getenv("SLURM_ARRAY_JOB_ID");
+  const char* array_task = std::getenv("SLURM_ARRAY_TASK_ID");
+  if (array_job && *array_job && array_task && *array_task)
+    return std::string(array_job) + "_" + array_task;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  return job ? job : "";
+}
+
 }  // namespace ted

@@ -1,8 +1,9 @@
 // What this machine and this launch give a rank: the CPUs its affinity mask allows, the host
-// memory still available, and the Slurm task count it was launched for.
+// memory still available, and the Slurm task count and job it was launched for.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace ted {
 
@@ -15,5 +16,9 @@ std::uint64_t host_available_bytes();
 
 // SLURM_NTASKS when set and a positive integer, else 0.
 int slurm_tasks();
+
+// The Slurm job a CSV row came from: "<job id>", or "<array job id>_<array task id>" in an
+// array job (as squeue and sacct write it); "" outside Slurm.
+std::string slurm_job();
 
 }  // namespace ted

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include "ted/app/app_main.hpp"
 #include "ted/app/check.hpp"
@@ -13,6 +14,8 @@
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
+#include "ted/core/parallel.hpp"
+#include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
 #include "ted/grid/ted_groups.hpp"
 #include "ted/model/gpt.hpp"
@@ -226,6 +229,7 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
     auto device_world = make_device_communicator(parse_comm_backend(run.comm), device,
                                                  host->native_handle(), nullptr);
     result.device = device.name();
+    result.threads = parallel_threads();
     result.comm = device_world->name();
     ProcessGrid grid(G, point.layout);
     TedGroups groups(*ranks, *device_world, grid);
@@ -345,8 +349,9 @@ CsvTable result_table() {
                                       "all_to_all_calls"};
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
     columns.push_back("peak_" + std::string(to_string(static_cast<MemoryCategory>(c))) + "_bytes");
+  // threads and slurm_job last, so older CSVs gain them as trailing columns.
   for (const char* name : {"peak_total_bytes", "budget_bytes", "fits", "status", "final_loss",
-                           "git_revision", "command"})
+                           "git_revision", "command", "threads", "slurm_job"})
     columns.push_back(name);
   return CsvTable(columns);
 }
@@ -405,6 +410,11 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
   else
     table.add("").add("");
   table.add(r.status).add(r.final_loss).add(git_revision()).add(command);
+  if (r.threads > 0)
+    table.add(r.threads);
+  else
+    table.add("");
+  table.add(slurm_job());
 }
 
 void append_rows(const CsvTable& table, const std::string& path) {
@@ -628,6 +638,32 @@ Planner plan_for(const std::string& experiment) {
 
 namespace {
 
+// --point K (0: all) of the plan for `ranks` ranks, and the plan against them: no point at all
+// (every one needs more ranks), or ranks that no point uses, is bad input; else a job would end
+// COMPLETED having measured nothing, or leave ranks idle without a word.
+Plan select_point(Plan plan, int point, int ranks, const std::string& where) {
+  const std::string launched = std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s");
+  if (plan.points.empty()) {
+    std::string why;
+    for (const auto& line : plan.skipped) why += (why.empty() ? "" : "; ") + line;
+    throw ConfigError(where + ": no point to run on " + launched + ": " +
+                      (why.empty() ? "the plan is empty" : why));
+  }
+  if (point > static_cast<int>(plan.points.size()))
+    throw ConfigError(where + ": --point " + std::to_string(point) + ": the plan has " +
+                      std::to_string(plan.points.size()) + " points on " + launched);
+  if (point > 0) plan.points = {plan.points[point - 1]};
+  int largest = 0;
+  for (const auto& p : plan.points) largest = std::max(largest, p.layout.world_size());
+  if (largest < ranks)
+    throw ConfigError(where + ": the largest point " +
+                      (point > 0 ? "(--point " + std::to_string(point) + ") " : "") + "uses " +
+                      std::to_string(largest) + " of the " + launched + ": " +
+                      std::to_string(ranks - largest) + " would be idle (launch " +
+                      std::to_string(largest) + ")");
+  return plan;
+}
+
 // Every point's model against its layout and switches, before any point runs (a point that
 // failed in the middle of a sweep would have spent the points before it).
 void check_layouts(const Plan& plan, const std::string& where) {
@@ -703,7 +739,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
   CLI::App app{description, "ted_" + experiment};
   std::string config_path, csv, backend, dtype, comm;
   std::vector<std::string> overrides;
-  int iters = 0;
+  int iters = 0, point = 0;
   CheckMode check;
   app.add_option("-c,--config", config_path, "experiment YAML (experiments/" + experiment + "/)")
       ->required();
@@ -713,6 +749,10 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
   app.add_option("--backend", backend, "cpu or cuda (run.backend)");
   app.add_option("--dtype", dtype, "fp32, bf16 or fp16 (run.dtype; 16-bit: fp32 masters)");
   app.add_option("--comm", comm, "mpi or nccl: what carries device buffers (run.comm)");
+  app.add_option("--point", point,
+                 "run only the K-th point of the plan for these ranks, as the progress line "
+                 "numbers them (a Slurm array task's index)")
+      ->check(CLI::Range(1, 1 << 24));
   add_check_options(app, check);
   return run_app(
       argc, argv, app,
@@ -738,11 +778,16 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         };
         if (check.enabled) {
           const int ranks = check.ranks_for(mpi.world_size());
-          const Plan plan = planner(config, where, ranks);
+          Plan plan = planner(config, where, ranks);
           check_layouts(plan, where);
-          const std::string verdict = check_plan(plan, config, experiment, where, ranks);
+          check_plan(plan, config, experiment, where, ranks);  // the inputs' errors first
           check_output();
-          if (rank0) std::fputs(verdict.c_str(), stdout);
+          plan = select_point(std::move(plan), point, ranks, where);
+          const std::string verdict = check_plan(plan, config, experiment, where, ranks);
+          const auto& run = config.train.run;
+          const std::string needs =
+              check_needs(run.backend, run.comm, ranks, config_path + ": keys 'run.backend/comm'");
+          if (rank0) std::fputs((verdict + needs).c_str(), stdout);
           return 0;
         }
         // Before anything is measured, identically on every rank: can this machine run it?
@@ -759,6 +804,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         Plan plan = planner(config, where, mpi.world_size());
         check_layouts(plan, where);
         check_output();
+        plan = select_point(std::move(plan), point, mpi.world_size(), where);
         const std::vector<std::string> verdicts = memory_verdicts(plan, config, mpi);
         if (!verdicts.empty() && std::all_of(verdicts.begin(), verdicts.end(),
                                              [](const std::string& v) { return !v.empty(); }))

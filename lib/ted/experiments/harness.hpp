@@ -111,6 +111,7 @@ struct Result {
   std::size_t peak[kMemoryCategoryCount] = {};  // max over ranks
   std::size_t peak_total = 0;
   std::string device;  // what ran it: "cpu", "cuda:0 NVIDIA H100 ..." (rank 0's)
+  int threads = 0;     // rank 0's kernel thread pool (follows its CPU mask); 0: nothing ran
   std::string comm;    // what carried the device buffers: mpi, mpi-staged, nccl
   // "measured", "projected", "projected: does not fit: ..." (the projection still gives the
   // time), or "not run: does not fit: ..." (a measured sweep never allocates such a point)
@@ -152,11 +153,14 @@ using Planner =
 using Summary = std::function<void(const std::vector<Point>&, const std::vector<Result>&)>;
 
 // main() of an experiment program: options (-c config, --set, --iters, --csv, --backend,
-// --dtype, --comm, --check, --ranks), the config, the plan, the memory check of every point
+// --dtype, --comm, --check, --ranks, --point), the config, the plan (--point K: only its K-th
+// point; a plan with no point, or whose largest point leaves launched ranks idle, is bad
+// input), the memory check of every point
 // before the first is measured (a point whose projected peak does not fit its device is never
 // run: its row says so, and the sweep goes on), every point measured with its row appended
 // to the CSV at once (default results/<experiment>/<config name>.csv) and a progress line on
-// rank 0, and the summary. --check validates all of it without running. Exit codes as run_app.
+// rank 0, and the summary. --check validates all of it without running (and without MPI),
+// ending with check_needs' line. Exit codes as run_app.
 int experiment_main(int argc, char** argv, const std::string& experiment,
                     const std::string& description, const Planner& planner,
                     const Summary& summary = {});
