@@ -14,7 +14,8 @@ p10, p90 of the slowest rank's, from a common barrier, after run.warmup), tokens
 FLOPs per rank by README's formula, the expert all-to-alls DeepSpeed made (calls, bytes sent
 per rank, their time), peak memory where PyTorch reports it (CUDA), final loss. Columns it
 cannot measure stay empty. ted_train configs: one row per step in ted_train's schema, written
-at the end (or at a non-finite loss, with the steps before it), results/train/deepspeed_<config>.csv.
+at the end (or at a non-finite loss, with the steps before it) to
+results/train/deepspeed_<config>.csv.
 
 Launch with torchrun (baselines/deepspeed/launch.sh does it) or srun (slurm/*.sbatch beside
 this file): a point runs when its rank count is the launched one; the others are skipped with a

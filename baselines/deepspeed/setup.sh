@@ -65,5 +65,6 @@ with contextlib.redirect_stdout(sys.stderr):
 print(f"== torch {torch.__version__}, deepspeed {deepspeed.__version__}: ready", file=sys.stderr)
 PY
 echo "$stamp" >"$venv/.ted-stamp"
-echo "== the DeepSpeed environment took $(($(date +%s) - start)) s ($(du -sh "$venv" | cut -f1))" >&2
+size=$(du -sh "$venv" | cut -f1)
+echo "== the DeepSpeed environment took $(($(date +%s) - start)) s ($size)" >&2
 echo "$venv"

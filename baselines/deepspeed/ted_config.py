@@ -167,7 +167,8 @@ def _validate(cfg):
     if m["attention"] not in ("fused", "materialized"):
         raise ConfigError(f"model.attention must be fused or materialized, got '{m['attention']}'")
     if g["top_k"] not in (1, 2) or g["top_k"] > m["experts"]:
-        raise ConfigError(f"gating.top_k must be 1 or 2 and at most model.experts, got {g['top_k']}")
+        raise ConfigError(f"gating.top_k must be 1 or 2 and at most model.experts, got "
+                          f"{g['top_k']}")
     if not 0 < g["capacity_factor"] <= m["experts"]:
         raise ConfigError("gating.capacity_factor must be positive and at most model.experts")
     if g["min_capacity"] < 0 or g["aux_coeff"] < 0:
