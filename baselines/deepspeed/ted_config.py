@@ -89,8 +89,8 @@ def _convert(value, default, key):
             raise ConfigError(f"key '{key}' must be a finite number, got '{value}'")
         return number
     if isinstance(default, list):
-        if isinstance(value, str):
-            value = yaml.load(value, Loader=_UniqueKeyLoader)
+        if isinstance(value, str):  # --set key=a,b,c as ours takes it
+            value = [v.strip() for v in value.split(",")] if value.strip() else []
         if not isinstance(value, list):
             raise ConfigError(f"key '{key}' must be a list, got '{value}'")
         if key == "systems":
