@@ -5,8 +5,9 @@
 # alternating which goes first, for several rounds, so that whatever else the machine does falls
 # on both. Prints, and writes to results/deepspeed/cpu_comparison.md, per system the median
 # time per step of each side and the ratio ours / DeepSpeed: median over the rounds and range.
-# Every round's rows are kept in results/deepspeed/ (CSV).
-#   baselines/deepspeed/compare.sh            # 5 rounds
+# Every round's rows are kept in results/deepspeed/ (CSV). Then weak and strong scaling once on
+# both sides, and the figures plots/deepspeed_{ablation,weak_scaling,strong_scaling}_cpu.png.
+#   baselines/deepspeed/compare.sh            # 5 rounds (about 20 minutes here)
 #   ROUNDS=3 TRAIN_STEPS=30 baselines/deepspeed/compare.sh
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
@@ -46,11 +47,28 @@ for round in $(seq 1 "$ROUNDS"); do
       exit 1
   fi
 done
+
+# The figures: the ablation of the last round, and weak and strong scaling measured now on both
+# sides (one run each, ours first), DeepSpeed's rows beside ours.
+plots=${TED_PLOTS:-plots}
+for experiment in weak_scaling strong_scaling; do
+  echo "== $experiment"
+  rm -f "$out/${experiment}_ours.csv" "$out/${experiment}_deepspeed.csv"
+  mpirun -n 4 --oversubscribe -q "$TED_BUILD/apps/ted_$experiment" \
+    -c "experiments/$experiment/cpu.yaml" --csv "$out/${experiment}_ours.csv" >/dev/null
+  baselines/deepspeed/launch.sh -n "1 2 4" -c "experiments/$experiment/cpu.yaml" \
+    --csv "$out/${experiment}_deepspeed.csv" >/dev/null 2>"$out/.stderr" ||
+    { cat "$out/.stderr" >&2; exit 1; }
+  /usr/bin/python3 plots/plot_scaling.py "$out/${experiment}_ours.csv" \
+    "$out/${experiment}_deepspeed.csv" "$plots/deepspeed_${experiment}_cpu.png"
+done
+/usr/bin/python3 plots/plot_ablation.py "$out/ablation_ours.csv" "$out/ablation_deepspeed.csv" \
+  "$plots/deepspeed_ablation_cpu.png"
 rm -f "$out/.stderr"
 
 venv=$(baselines/deepspeed/setup.sh | tail -1)
 versions=$("$venv/bin/python" -c 'import torch, deepspeed
-print(f"DeepSpeed {deepspeed.__version__}, torch {torch.__version__}")')
+print(f"DeepSpeed {deepspeed.__version__}, torch {torch.__version__}")' 2>/dev/null | tail -1)
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 /usr/bin/python3 baselines/deepspeed/compare_report.py "$out" "$ROUNDS" "$cpu" "$(nproc)" \
   "$versions" "$(git rev-parse --short=12 HEAD)" | tee "$out/cpu_comparison.md"
