@@ -69,6 +69,7 @@ rm -f "$out/.stderr"
 venv=$(baselines/deepspeed/setup.sh | tail -1)
 versions=$("$venv/bin/python" -c 'import torch, deepspeed
 print(f"DeepSpeed {deepspeed.__version__}, torch {torch.__version__}")' 2>/dev/null | tail -1)
-cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1) (CPU family $(lscpu |
+  sed -n 's/^CPU family: *//p' | head -1), model $(lscpu | sed -n 's/^Model: *//p' | head -1))"
 /usr/bin/python3 baselines/deepspeed/compare_report.py "$out" "$ROUNDS" "$cpu" "$(nproc)" \
   "$versions" "$(git rev-parse --short=12 HEAD)" | tee "$out/cpu_comparison.md"
