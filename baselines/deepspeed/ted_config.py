@@ -275,9 +275,15 @@ def all_points(cfg, world_size):
         raise ConfigError(f"{cfg['where']}: the DeepSpeed runner runs ablation, weak_scaling, "
                           f"strong_scaling and ted_train configs, not '{experiment}'")
     for point in points:
-        if point.cfg["model"]["hidden"] % point.cfg["model"]["heads"]:
+        m, g = point.cfg["model"], point.cfg["gating"]
+        if m["hidden"] % m["heads"]:
             raise ConfigError(f"{cfg['where']}: {point.label}: model.heads must divide "
                               "model.hidden")
+        tokens = point.cfg["data"]["micro_batch"] * m["seq_len"]
+        if g["top_k"] == 1 and tokens < g["min_capacity"]:  # ours allows it; DeepSpeed asserts
+            raise ConfigError(f"{cfg['where']}: {point.label}: DeepSpeed's top-1 gating needs at "
+                              f"least gating.min_capacity ({g['min_capacity']}) tokens per "
+                              f"micro-batch, this one has {tokens}")
     return points
 
 
