@@ -469,11 +469,16 @@ def main():
               f"{torch.get_num_threads()} thread(s) per rank", flush=True)
         for line in skipped:
             print(f"# {line}", flush=True)
-    for point in points:
-        if train:
-            run_training(point, cfg, args, command, revision)
-        else:
-            run_experiment_point(point, cfg, args, command, revision)
+    try:
+        for point in points:
+            if train:
+                run_training(point, cfg, args, command, revision)
+            else:
+                run_experiment_point(point, cfg, args, command, revision)
+    except RuntimeError as error:  # a non-finite loss: one line; the rows before it are kept
+        if rank == 0:
+            print(f"{PROGRAM}: {error}", file=sys.stderr)
+        return 1
     if rank == 0 and not train:
         print(f"# CSV: {args.csv} ({len(points)} row(s) appended)", flush=True)
     return 0
