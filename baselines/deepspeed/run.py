@@ -123,6 +123,14 @@ def git_revision():
         return "unknown"
 
 
+def slurm_job():
+    """<job id>, or <array job>_<task> in an array, "" outside Slurm (for a slurm_job column)."""
+    env = os.environ
+    if "SLURM_ARRAY_JOB_ID" in env:
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '')}"
+    return env.get("SLURM_JOB_ID", "")
+
+
 def learning_rate(o, step, total_steps):
     """lib/ted/train/optimizer.cpp learning_rate: linear warm-up, then cosine to min_lr."""
     if step < o["warmup_steps"]:
@@ -328,7 +336,7 @@ def run_experiment_point(point, cfg, args, command, revision):
            "warmup": warmup, "iters": iters, "all_to_all_calls": run.a2a.calls,
            "all_to_all_bytes": run.a2a.bytes, "peak_total_bytes": run.peak_bytes(),
            "status": "measured", "final_loss": loss, "git_revision": revision,
-           "command": command}
+           "command": command, "threads": run.torch.get_num_threads(), "slurm_job": slurm_job()}
     row.update(run.describe())
     if times:
         median = percentile(times, 50)
