@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """Weak or strong scaling: time per iteration and TFLOP/s per rank against the rank count, one
 line per system, with the ideal (weak: flat time and rate; strong: time falling as 1/G, flat
-rate), from the first point of each system.
+rate), from the first point of each system. Rows of the DeepSpeed baseline (baselines/deepspeed,
+another CSV) are drawn dashed beside ours; their rate counts model FLOPs (README's formula), ours
+the GEMMs run.
 
     /usr/bin/python3 plots/plot_scaling.py results/weak_scaling/cpu.csv plots/weak_scaling_cpu.png
+    /usr/bin/python3 plots/plot_scaling.py results/weak_scaling/cpu.csv \
+        results/weak_scaling/deepspeed_cpu.csv plots/weak_scaling_cpu.png
 """
 import sys
 
-from plotlib import latest, read_rows, run  # first: selects the Agg backend
+from plotlib import is_baseline, latest, read_rows, run  # first: selects the Agg backend
 
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -19,12 +23,16 @@ def draw(inputs):
     weak = experiment == "weak_scaling"
     figure, (times, rates) = plt.subplots(1, 2, figsize=(11, 4.6))
     for system in dict.fromkeys(r["system"] for r in rows):
-        points = sorted((r for r in rows if r["system"] == system), key=lambda r: int(r["G"]))
+        points = sorted((r for r in rows if r["system"] == system and r["time_ms_median"]),
+                        key=lambda r: int(r["G"]))
+        if not points:
+            continue
         ranks = [int(r["G"]) for r in points]
         time = [float(r["time_ms_median"]) for r in points]
         rate = [float(r["tflops_per_rank"]) * 1e3 for r in points]
-        line, = times.plot(ranks, time, "o-", label=system)
-        rates.plot(ranks, rate, "o-", color=line.get_color(), label=system)
+        style, name = ("s--", f"{system} (model FLOPs)") if is_baseline(points[0]) else ("o-", system)
+        line, = times.plot(ranks, time, style, label=system)
+        rates.plot(ranks, rate, style, color=line.get_color(), label=name)
         ideal_time = [time[0]] * len(ranks) if weak else [time[0] * ranks[0] / g for g in ranks]
         times.plot(ranks, ideal_time, ":", color=line.get_color(), label=f"{system}, ideal")
         rates.plot(ranks, [rate[0]] * len(ranks), ":", color=line.get_color(),
@@ -40,7 +48,7 @@ def draw(inputs):
         axis.legend(fontsize=8)
     times.set_ylabel("time per iteration (ms, median)")
     rates.set_ylabel("GFLOP/s per rank (GEMMs)")
-    first = rows[0]
+    first = next((r for r in rows if not is_baseline(r)), rows[0])
     what = "Weak scaling" if weak else f"Strong scaling of {first['model']}"
     figure.suptitle(f"{what}, {first['backend']} {first['dtype']}, "
                     f"revision {first['git_revision']}", fontsize=10)

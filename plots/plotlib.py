@@ -1,6 +1,7 @@
 """What every plot script shares: argument handling (CSV inputs, then the output PNG) and
 saving the figure as PNG and PDF."""
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -38,6 +39,12 @@ def latest(rows, key_columns):
     for row in rows:
         chosen[tuple(row[c] for c in key_columns)] = row
     return list(chosen.values())
+
+
+def is_baseline(row):
+    """A row of another framework run on our configs (baselines/deepspeed: system
+    deepspeed-<version>), not of this suite."""
+    return re.match(r"deepspeed-\d", row["system"]) is not None
 
 
 def mib(value):

@@ -76,7 +76,10 @@ ted_run_experiment() {  # <ablation | weak_scaling | strong_scaling | memory> [t
     # One BLAS and one kernel thread per rank: 4 ranks already oversubscribe the cores.
     OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 mpirun -n 4 --oversubscribe -q "${program[@]}"
   fi
-  /usr/bin/python3 "$plot" "$csv" "$figure"
+  # The DeepSpeed baseline's rows (baselines/deepspeed/launch.sh), where measured, beside ours.
+  local baseline=() deepspeed=$results/$name/deepspeed_$tag.csv
+  [ -f "$deepspeed" ] && baseline=("$deepspeed")
+  /usr/bin/python3 "$plot" "$csv" "${baseline[@]}" "$figure"
   echo "== CSV:    $TED_ROOT/$csv"
   echo "== figure: $TED_ROOT/$figure (and .pdf)"
 }

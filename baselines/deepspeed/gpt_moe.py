@@ -1,0 +1,258 @@
+"""The suite's MoE GPT (docs/algorithm.md section 1) in PyTorch, with DeepSpeed's MoE layer
+(deepspeed.moe.layer.MoE) for every expert_interval-th FFN; the suite's synthetic data source;
+the model FLOPs of README's formula.
+
+The shapes, parameter names' roles and initialisation follow lib/ted/model/gpt.cpp: token and
+position embeddings, pre-LN blocks (causal multi-head attention with a fused QKV projection and
+an output projection, both with biases; an FFN h -> ffn_mult*h -> h with tanh GeLU, or the MoE
+layer of E such experts and a bias-free fp32 gate), a final LayerNorm and an untied LM head.
+Matrices and embeddings are drawn from N(0, init_std), biases are 0, LayerNorm gains 1; weight
+decay applies to the matrices only. The parameter count equals ours exactly (the test checks).
+What differs is DeepSpeed's by design: its gating (README, "Gating, and how it differs from
+DeepSpeed-MoE"), its random numbers, and the order of its sums.
+"""
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from deepspeed.moe.layer import MoE
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden, heads, fused):
+        super().__init__()
+        self.heads, self.fused = heads, fused
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        batch, seq, hidden = x.shape
+        q, k, v = self.qkv(x).split(hidden, dim=-1)
+        shape = (batch, seq, self.heads, hidden // self.heads)
+        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
+        if self.fused:  # PyTorch's fused causal attention, as model.attention: fused
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # the [seq, seq] probabilities kept per head, as model.attention: materialized
+            scores = q @ k.transpose(-2, -1) / math.sqrt(hidden // self.heads)
+            mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
+            out = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        return self.proj(out.transpose(1, 2).reshape(batch, seq, hidden))
+
+
+def ffn(hidden, width):
+    return nn.Sequential(nn.Linear(hidden, width), nn.GELU(approximate="tanh"),
+                         nn.Linear(width, hidden))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, moe, ep_size):
+        super().__init__()
+        m, g = cfg["model"], cfg["gating"]
+        h = m["hidden"]
+        self.ln1 = nn.LayerNorm(h, eps=1e-5)
+        self.attn = Attention(h, m["heads"], m["attention"] == "fused")
+        self.ln2 = nn.LayerNorm(h, eps=1e-5)
+        self.moe = moe
+        expert = ffn(h, m["ffn_mult"] * h)
+        if moe:
+            self.ffn = MoE(hidden_size=h, expert=expert, num_experts=m["experts"], ep_size=ep_size,
+                           k=g["top_k"], capacity_factor=g["capacity_factor"],
+                           eval_capacity_factor=g["capacity_factor"],
+                           min_capacity=g["min_capacity"], drop_tokens=not g["dropless"],
+                           use_rts=g["random_token_selection"],
+                           top2_2nd_expert_sampling=g["second_choice_noise"])
+        else:
+            self.ffn = expert
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        if self.moe:
+            out, aux, _ = self.ffn(self.ln2(x))
+            return x + out, aux.float()
+        return x + self.ffn(self.ln2(x)), torch.zeros((), dtype=torch.float32, device=x.device)
+
+
+class GptMoe(nn.Module):
+    """forward(tokens, targets) -> (lm loss, summed aux loss) of one micro-batch."""
+
+    def __init__(self, cfg, ep_size):
+        super().__init__()
+        m = cfg["model"]
+        h, vocab = m["hidden"], m["vocab"]
+        self.tok_emb = nn.Embedding(vocab, h)
+        self.pos_emb = nn.Embedding(m["seq_len"], h)
+        self.blocks = nn.ModuleList(
+            Block(cfg, (layer + 1) % m["expert_interval"] == 0, ep_size)
+            for layer in range(m["layers"]))
+        self.lnf = nn.LayerNorm(h, eps=1e-5)
+        self.lm_head = nn.Linear(h, vocab, bias=False)
+        self.checkpoint = m["checkpoint"]
+
+    def forward(self, tokens, targets):
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.tok_emb(tokens) + self.pos_emb(positions)
+        aux = torch.zeros((), dtype=torch.float32, device=x.device)
+        for block in self.blocks:
+            # Full activation checkpointing keeps each block's input; the recompute runs the
+            # block again, its all-to-alls included (DeepSpeed-MoE has no CAC), with the RNG
+            # state of the forward restored, so RTS picks the same tokens.
+            if self.checkpoint and self.training:
+                x, layer_aux = checkpoint(block, x, use_reentrant=False)
+            else:
+                x, layer_aux = block(x)
+            aux = aux + layer_aux
+        logits = self.lm_head(self.lnf(x))
+        lm = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        return lm, aux
+
+
+def initialise(model, init_std, seed, ep_rank, experts_per_rank):
+    """N(0, init_std) matrices and embeddings, zero biases, unit LayerNorm gains: dense
+    parameters from `seed` (the same on every rank), each expert from its global index, so an
+    expert's weights do not depend on the layout."""
+    def fill(module, generator):
+        for name, p in module.named_parameters():
+            with torch.no_grad():
+                if name.endswith("bias"):
+                    p.zero_()
+                elif p.dim() == 1:  # LayerNorm gain
+                    p.fill_(1.0)
+                else:
+                    p.copy_(torch.randn(p.shape, generator=generator) * init_std)
+
+    dense = torch.Generator().manual_seed(seed)
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Embedding, nn.LayerNorm)) and \
+                ".deepspeed_experts." not in name:
+            fill(module, dense)
+    for layer, block in enumerate(model.blocks):
+        if not block.moe:
+            continue
+        local = block.ffn.deepspeed_moe.experts.deepspeed_experts
+        for j, expert in enumerate(local):
+            index = ep_rank * experts_per_rank + j
+            fill(expert, torch.Generator().manual_seed(seed * 1000003 + layer * 65537 + index))
+
+
+def optimizer_groups(model):
+    """Weight decay on matrices only (not embeddings, biases, LayerNorms), as lib/ted/train."""
+    decay, plain = [], []
+    for name, p in model.named_parameters():
+        (decay if p.dim() >= 2 and "emb" not in name else plain).append(p)
+    return [{"params": decay, "name": "decay"}, {"params": plain, "name": "no_decay",
+                                                 "weight_decay": 0.0}]
+
+
+# The suite's synthetic source (lib/ted/train/data.cpp, lib/ted/model/random.hpp): a seeded
+# Markov chain keyed by (seed, sample, position), so DeepSpeed trains on the very tokens ours does.
+_MASK = (1 << 64) - 1
+_DATA_STREAM = 4
+
+
+def _mix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def _hash(seed, stream, a, b=0, c=0):
+    h = _mix64(seed ^ ((stream * 0xD1B54A32D192ED03) & _MASK))
+    h = _mix64(h ^ a)
+    h = _mix64(h ^ b)
+    return _mix64(h ^ c)
+
+
+def _uniform(bits):
+    return ((bits >> 11) + 0.5) * (1.0 / 9007199254740992.0)
+
+
+class SyntheticSource:
+    def __init__(self, vocab, seed, noise):
+        self.vocab, self.seed, self.noise = vocab, seed, noise
+        self.successor = list(range(vocab))
+        for i in range(vocab - 1, 0, -1):  # seeded Fisher-Yates
+            j = _hash(seed, _DATA_STREAM, _MASK, i) % (i + 1)
+            self.successor[i], self.successor[j] = self.successor[j], self.successor[i]
+
+    def sample(self, index, seq_len):
+        tokens, targets = [0] * seq_len, [0] * seq_len
+        current = _hash(self.seed, _DATA_STREAM, index, 0) % self.vocab
+        for p in range(seq_len + 1):
+            if p < seq_len:
+                tokens[p] = current
+            if p > 0:
+                targets[p - 1] = current
+            bits = _hash(self.seed, _DATA_STREAM, index, p + 1)
+            if _uniform(bits) < self.noise:
+                current = _hash(bits, 0, 0) % self.vocab
+            else:
+                current = self.successor[current]
+        return tokens, targets
+
+
+class TokenFileSource:
+    """A flat little-endian file of uint16 or uint32 token ids; sample i is the window at
+    (i * seq_len) mod (tokens - seq_len), as lib/ted/train/data.cpp."""
+
+    def __init__(self, path, token_bytes, vocab, seq_len):
+        self.tokens = np.fromfile(path, dtype="<u2" if token_bytes == 2 else "<u4").astype(np.int64)
+        if self.tokens.size < seq_len + 1:
+            raise ValueError(f"data.path: '{path}' has {self.tokens.size} tokens, fewer than "
+                             f"model.seq_len + 1 = {seq_len + 1}")
+        if self.tokens.size and int(self.tokens.max()) >= vocab:
+            raise ValueError(f"data.path: '{path}' holds a token id not below model.vocab {vocab}")
+
+    def sample(self, index, seq_len):
+        start = index * seq_len % (self.tokens.size - seq_len)
+        window = self.tokens[start:start + seq_len + 1]
+        return window[:-1].tolist(), window[1:].tolist()
+
+
+def make_source(cfg):
+    m, d = cfg["model"], cfg["data"]
+    if d["source"] == "file":
+        return TokenFileSource(d["path"], d["token_bytes"], m["vocab"], m["seq_len"])
+    return SyntheticSource(m["vocab"], cfg["training"]["seed"], d["noise"])
+
+
+def micro_batch(source, first_sample, sequences, seq_len, device):
+    """Sequences first_sample .. first_sample + sequences - 1 as (tokens, targets) tensors."""
+    pairs = [source.sample(first_sample + s, seq_len) for s in range(sequences)]
+    tokens = torch.tensor([p[0] for p in pairs], dtype=torch.long, device=device)
+    targets = torch.tensor([p[1] for p in pairs], dtype=torch.long, device=device)
+    return tokens, targets
+
+
+def parameter_count(cfg):
+    """Parameters of the whole model (every expert), as lib/ted/model/gpt.cpp lays them out."""
+    m = cfg["model"]
+    h, v, s, e, f = m["hidden"], m["vocab"], m["seq_len"], m["experts"], m["ffn_mult"] * m["hidden"]
+    total = v * h + s * h + 2 * h + h * v
+    for layer in range(m["layers"]):
+        total += 4 * h + 3 * h * h + 3 * h + h * h + h
+        mlp = h * f + f + f * h + h
+        total += h * e + e * mlp if (layer + 1) % m["expert_interval"] == 0 else mlp
+    return total
+
+
+def model_flops(cfg, tokens):
+    """Model FLOPs of one optimizer step over `tokens` tokens, by README's formula (Narayanan et
+    al., SC'21): per token and layer forward 8 h^2 + 4 S h for attention and 4 h f for an FFN
+    (24 h^2 + 4 S h with f = 4h), an MoE FFN as top_k FFNs plus its gate (2 h E), the LM head
+    2 h V; x3 for forward and backward, the blocks x4 with activation checkpointing."""
+    m, g = cfg["model"], cfg["gating"]
+    h, s, f = m["hidden"], m["seq_len"], m["ffn_mult"] * m["hidden"]
+    blocks = 0.0
+    for layer in range(m["layers"]):
+        blocks += 8 * h * h + 4 * s * h
+        if (layer + 1) % m["expert_interval"] == 0:
+            blocks += g["top_k"] * 4 * h * f + 2 * h * m["experts"]
+        else:
+            blocks += 4 * h * f
+    per_token = blocks * (4 if m["checkpoint"] else 3) + 3 * 2 * h * m["vocab"]
+    return per_token * tokens

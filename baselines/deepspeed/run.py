@@ -1,0 +1,496 @@
+"""The DeepSpeed-MoE baseline: DeepSpeed's own MoE layer and engine on one of our YAML configs,
+written into our CSV schemas, so its rows sit beside ours in the same files' format and figures.
+
+Reads an experiment YAML (ablation, weak_scaling, strong_scaling) or ted_train's config, builds
+the suite's GPT-MoE with deepspeed.moe.layer.MoE (gpt_moe.py) and runs it under the DeepSpeed
+engine: ZeRO stage 1 (parallel.zero1), AdamW with our schedule and weight-decay groups, gradient
+clipping, fp32 on the CPU (bf16/fp16 on GPUs by run.dtype), expert parallelism Ep and data
+parallelism as our `deepspeed-moe` system lays the point out (T = 1), with the same micro-batch,
+micro-batches, tokens per step and the very tokens (our synthetic source, ported).
+
+Experiments: one row per point, appended to results/<experiment>/deepspeed_<config>.csv
+(--csv), as soon as it is measured: system deepspeed-<version>, time per iteration (median,
+p10, p90 of the slowest rank's, from a common barrier, after run.warmup), tokens/s, model
+FLOPs per rank by README's formula, the expert all-to-alls DeepSpeed made (calls, bytes sent
+per rank, their time), peak memory where PyTorch reports it (CUDA), final loss. Columns it
+cannot measure stay empty. ted_train configs: one row per step in ted_train's schema, written
+at the end (or at a non-finite loss, with the steps before it) to
+results/train/deepspeed_<config>.csv.
+
+Launch with torchrun (baselines/deepspeed/launch.sh does it) or srun (slurm/*.sbatch beside
+this file): a point runs when its rank count is the launched one; the others are skipped with a
+line. Bad input: one line, exit 2, no CSV touched. `--check --ranks N` validates only.
+    baselines/deepspeed/launch.sh -n 4 -c experiments/ablation/cpu.yaml
+"""
+import argparse
+import contextlib
+import fcntl
+import math
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ted_config
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAM = "deepspeed_baseline"
+
+EXPERIMENT_COLUMNS = (
+    "experiment,system,G,T,Ep,D,model,layers,hidden,heads,experts,top_k,parameters,seq_len,"
+    "micro_batch,micro_batches,backend,dtype,comm,device,checkpoint,dtd,cac,reduce_scatter,warmup,"
+    "iters,time_ms_median,time_ms_p10,time_ms_p90,compute_ms,comm_ms,all_reduce_ms,all_to_all_ms,"
+    "all_gather_ms,reduce_scatter_ms,other_ms,pct_of_peak,tokens_per_s,tflops_per_rank,"
+    "all_reduce_bytes,all_gather_bytes,reduce_scatter_bytes,all_to_all_bytes,all_to_all_calls,"
+    "peak_parameters_bytes,peak_gradients_bytes,peak_optimizer_state_bytes,peak_activations_bytes,"
+    "peak_communication_bytes,peak_cac_stash_bytes,peak_optimizer_temporaries_bytes,"
+    "peak_total_bytes,budget_bytes,fits,status,final_loss,git_revision,command").split(",")
+_LEDGER = [f"{op}_{group}_bytes" for op in ("all_reduce", "all_gather", "reduce_scatter",
+                                            "all_to_all")
+           for group in ("tensor", "expert", "expert_data", "nonexpert_data")]
+TRAIN_COLUMNS = (
+    "step,loss,lm_loss,aux_loss,lr,grad_norm,dropped,seconds,tokens_per_s,gflops_per_s,G,T,Ep,D,"
+    "dtd,cac,reduce_scatter,zero1,tile_elems,backend,dtype,comm,device,loss_scale,skipped"
+).split(",") + _LEDGER + [
+    f"peak_{c}_bytes" for c in ("parameters", "gradients", "optimizer_state", "activations",
+                                "communication", "cac_stash", "optimizer_temporaries")
+] + ["fingerprint", "git_revision", "command"]
+
+
+def fmt(value):
+    """A CSV field as ours writes it: %.9g for numbers, "" for what was not measured."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.9g}"
+    text = str(value)
+    if any(c in text for c in ',"\n'):
+        text = '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def check_appendable(path, columns):
+    """ConfigError when `path` cannot take rows of `columns` (another header, a directory)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ted_config.ConfigError(f"key 'run.csv': '{path}' is a directory")
+    if path.exists() and path.stat().st_size > 0:
+        with open(path) as handle:
+            header = handle.readline().rstrip("\n").split(",")
+        if header != columns:
+            raise ted_config.ConfigError(f"key 'run.csv': '{path}' has another header (not "
+                                         "this schema's): give another --csv")
+
+
+def append_rows(path, columns, rows):
+    """Appends whole rows under an exclusive flock, the header first into a new or empty file
+    (lib/ted/core/csv.cpp append_csv's rules, so ours and this can share a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        first = handle.readline().rstrip("\n")
+        text = "" if first else ",".join(columns) + "\n"
+        if first and first.split(",") != columns:
+            raise RuntimeError(f"{path} has another header")
+        text += "".join(",".join(fmt(r.get(c)) for c in columns) + "\n" for r in rows)
+        handle.seek(0, os.SEEK_END)
+        handle.write(text)
+
+
+def write_atomic(path, columns, rows):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w") as handle:
+        handle.write(",".join(columns) + "\n")
+        handle.writelines(",".join(fmt(r.get(c)) for c in columns) + "\n" for r in rows)
+    os.replace(temporary, path)
+
+
+def git_revision():
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True).stdout
+        return head + ("-dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def slurm_job():
+    """<job id>, or <array job>_<task> in an array, "" outside Slurm (for a slurm_job column)."""
+    env = os.environ
+    if "SLURM_ARRAY_JOB_ID" in env:
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '')}"
+    return env.get("SLURM_JOB_ID", "")
+
+
+def learning_rate(o, step, total_steps):
+    """lib/ted/train/optimizer.cpp learning_rate: linear warm-up, then cosine to min_lr."""
+    if step < o["warmup_steps"]:
+        return o["lr"] * (step + 1) / o["warmup_steps"]
+    decay_steps = total_steps - o["warmup_steps"] - 1
+    if decay_steps <= 0:
+        return o["lr"]
+    progress = min(1.0, (step - o["warmup_steps"]) / decay_steps)
+    return o["min_lr"] + 0.5 * (o["lr"] - o["min_lr"]) * (1 + math.cos(math.pi * progress))
+
+
+def percentile(values, q):
+    """Linear interpolation between closest ranks (lib/ted/core/stats.cpp)."""
+    ordered = sorted(values)
+    position = q / 100 * (len(ordered) - 1)
+    low = int(math.floor(position))
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def distributed_environment():
+    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT from torchrun, else srun, else one rank."""
+    env = os.environ
+    if "RANK" not in env and "SLURM_PROCID" in env:
+        env["RANK"], env["WORLD_SIZE"] = env["SLURM_PROCID"], env["SLURM_NTASKS"]
+        env["LOCAL_RANK"] = env.get("SLURM_LOCALID", "0")
+        env.setdefault("MASTER_PORT", "29500")
+        if "MASTER_ADDR" not in env:  # the sbatch scripts export the first node's name
+            raise ted_config.ConfigError("under srun MASTER_ADDR must name the job's first node "
+                                         "(baselines/deepspeed/slurm/*.sbatch export it)")
+    if "RANK" not in env:
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            env["MASTER_PORT"] = str(probe.getsockname()[1])
+    return int(env["RANK"]), int(env["WORLD_SIZE"])
+
+
+class AllToAllCounter:
+    """Counts, sizes and times the expert all-to-alls DeepSpeed's MoE layer makes (forward,
+    backward and recompute), by wrapping the module's `dist`: bytes are the send buffer, as our
+    ledger counts an all-to-all; the time is the blocking call's wall time."""
+
+    def __init__(self, sharded_moe, accelerator):
+        self.calls = self.bytes = 0
+        self.seconds = 0.0
+        counter, real = self, sharded_moe.dist
+
+        class Proxy:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def all_to_all_single(self, output, input, *args, **kwargs):
+                start = time.perf_counter()
+                result = real.all_to_all_single(output, input, *args, **kwargs)
+                accelerator.synchronize()
+                counter.seconds += time.perf_counter() - start
+                counter.calls += 1
+                counter.bytes += input.numel() * input.element_size()
+                return result
+
+        sharded_moe.dist = Proxy()
+
+    def reset(self):
+        self.calls = self.bytes = 0
+        self.seconds = 0.0
+
+
+class Run:
+    """One point on the DeepSpeed engine."""
+
+    def __init__(self, point, total_steps):
+        import deepspeed
+        import torch
+        from deepspeed.accelerator import get_accelerator
+        from deepspeed.moe import sharded_moe
+        from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+
+        import gpt_moe
+
+        self.torch, self.dist = torch, torch.distributed
+        self.point, cfg = point, point.cfg
+        self.accelerator = get_accelerator()
+        if cfg["run"]["backend"] == "cuda":  # one GPU per rank of a node
+            self.accelerator.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        m, o, d, r = cfg["model"], cfg["optimizer"], cfg["data"], cfg["run"]
+        self.rank, self.world = self.dist.get_rank(), self.dist.get_world_size()
+        self.device = torch.device(self.accelerator.device_name(
+            self.accelerator.current_device()) if r["backend"] == "cuda" else "cpu")
+        torch.manual_seed(cfg["training"]["seed"])
+        model = gpt_moe.GptMoe(cfg, point.Ep)
+        gpt_moe.initialise(model, m["init_std"], cfg["training"]["seed"],
+                           self.rank % point.Ep, m["experts"] // point.Ep)
+        self.parameters = gpt_moe.parameter_count(cfg)
+        groups = split_params_into_different_moe_groups_for_optimizer(
+            gpt_moe.optimizer_groups(model))
+        optimizer = torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]),
+                                      eps=o["eps"], weight_decay=o["weight_decay"])
+        config = {
+            "train_micro_batch_size_per_gpu": d["micro_batch"],
+            "gradient_accumulation_steps": d["micro_batches"],
+            "train_batch_size": d["micro_batch"] * d["micro_batches"] * self.world,
+            "gradient_clipping": o["grad_clip"],
+            "zero_optimization": {"stage": 1 if cfg["parallel"]["zero1"] else 0},
+            "zero_allow_untested_optimizer": True,
+            "steps_per_print": 1 << 30,
+        }
+        if r["dtype"] == "bf16":
+            config["bf16"] = {"enabled": True}
+        elif r["dtype"] == "fp16":
+            config["fp16"] = {"enabled": True, "initial_scale_power":
+                              int(round(math.log2(r["loss_scale"]))),
+                              "loss_scale_window": r["loss_scale_window"]}
+        schedule = lambda opt: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
+            opt, lambda step: learning_rate(o, step, total_steps) / o["lr"])
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                    lr_scheduler=schedule, config=config)
+        self.gpt_moe = gpt_moe
+        self.source = gpt_moe.make_source(cfg)
+        self.a2a = AllToAllCounter(sharded_moe, self.accelerator)
+        self.flops_per_step = gpt_moe.model_flops(cfg, point.tokens_per_step())
+
+    def step(self, step):
+        """One optimizer step: (slowest rank's seconds, lm loss, aux loss, lr, grad norm,
+        all-to-all seconds of the slowest rank); losses are means over the global batch."""
+        torch, cfg = self.torch, self.point.cfg
+        d, seq = cfg["data"], cfg["model"]["seq_len"]
+        micro = d["micro_batches"]
+        lr = self.engine.get_lr()[0]
+        self.a2a.reset()
+        self.dist.barrier()
+        start = time.perf_counter()
+        sums = [0.0, 0.0]
+        for m in range(micro):
+            # Global micro-batch m * DP + rank, as lib/ted/train/trainer.cpp hands them out.
+            first = (step * micro * self.world + m * self.world + self.rank) * d["micro_batch"]
+            tokens, targets = self.gpt_moe.micro_batch(
+                self.source, first, d["micro_batch"], seq, self.device)
+            lm, aux = self.engine(tokens, targets)
+            self.engine.backward(lm + cfg["gating"]["aux_coeff"] * aux)
+            self.engine.step()
+            sums[0] += lm.item()
+            sums[1] += aux.item()
+        self.accelerator.synchronize()
+        seconds = time.perf_counter() - start
+        slowest = torch.tensor([seconds, self.a2a.seconds], dtype=torch.float64)
+        self.dist.all_reduce(slowest, op=self.dist.ReduceOp.MAX)
+        losses = torch.tensor(sums, dtype=torch.float64)
+        self.dist.all_reduce(losses)
+        losses /= micro * self.world
+        norm = self.engine.get_global_grad_norm()
+        norm = float(norm) if norm is not None else None
+        return slowest[0].item(), losses[0].item(), losses[1].item(), lr, norm, slowest[1].item()
+
+    def peak_bytes(self):
+        if self.device.type != "cuda":
+            return None  # no allocator statistics on the CPU: left empty
+        peak = self.torch.tensor([self.torch.cuda.max_memory_allocated()], dtype=self.torch.int64,
+                                 device=self.device)
+        self.dist.all_reduce(peak, op=self.dist.ReduceOp.MAX)
+        return int(peak.item())
+
+    def fingerprint(self):
+        """Sum of squares of all parameters over the layout (each element once), as ours."""
+        torch = self.torch
+        total = torch.zeros(1, dtype=torch.float64)
+        for name, p in self.engine.module.named_parameters():
+            expert = ".deepspeed_experts." in name
+            if (expert and self.rank < self.point.Ep) or (not expert and self.rank == 0):
+                total += p.detach().double().pow(2).sum().cpu()
+        self.dist.all_reduce(total)
+        return total.item()
+
+    def describe(self):
+        import deepspeed
+        torch = self.torch
+        device = "cpu" if self.device.type == "cpu" else \
+            f"cuda:{self.device.index} {torch.cuda.get_device_name(self.device)}"
+        return {"system": f"deepspeed-{deepspeed.__version__}",
+                "device": f"{device} (torch {torch.__version__})",
+                "comm": self.dist.get_backend()}
+
+
+def run_experiment_point(point, cfg, args, command, revision):
+    r = point.cfg["run"]
+    warmup, iters = r["warmup"], r["iters"]
+    steps = 1 if iters == 0 else warmup + iters
+    run = Run(point, max(1, warmup + iters))
+    times, a2a_times, loss = [], [], None
+    for step in range(steps):
+        seconds, lm, aux, _, _, a2a_seconds = run.step(step)
+        loss = lm + point.cfg["gating"]["aux_coeff"] * aux
+        if iters > 0 and step >= warmup:
+            times.append(seconds * 1e3)
+            a2a_times.append(a2a_seconds * 1e3)
+    m, d = point.cfg["model"], point.cfg["data"]
+    row = {"experiment": cfg["experiment"], "G": point.G, "T": 1, "Ep": point.Ep, "D": point.D,
+           "model": point.model_name, "layers": m["layers"], "hidden": m["hidden"],
+           "heads": m["heads"], "experts": m["experts"], "top_k": point.cfg["gating"]["top_k"],
+           "parameters": run.parameters, "seq_len": m["seq_len"], "micro_batch": d["micro_batch"],
+           "micro_batches": d["micro_batches"], "backend": r["backend"], "dtype": r["dtype"],
+           "checkpoint": int(m["checkpoint"]), "dtd": 0, "cac": 0, "reduce_scatter": 0,
+           "warmup": warmup, "iters": iters, "all_to_all_calls": run.a2a.calls,
+           "all_to_all_bytes": run.a2a.bytes, "peak_total_bytes": run.peak_bytes(),
+           "status": "measured", "final_loss": loss, "git_revision": revision,
+           "command": command, "threads": run.torch.get_num_threads(), "slurm_job": slurm_job()}
+    row.update(run.describe())
+    if times:
+        median = percentile(times, 50)
+        row.update(time_ms_median=median, time_ms_p10=percentile(times, 10),
+                   time_ms_p90=percentile(times, 90), all_to_all_ms=percentile(a2a_times, 50),
+                   tokens_per_s=point.tokens_per_step() / (median * 1e-3),
+                   tflops_per_rank=run.flops_per_step / point.G / (median * 1e-3) / 1e12)
+    if run.rank == 0:
+        append_rows(args.csv, EXPERIMENT_COLUMNS, [row])
+        timing = (f"{row['time_ms_median']:9.2f} ms/iter (p10 {row['time_ms_p10']:.2f} p90 "
+                  f"{row['time_ms_p90']:.2f}), {row['tokens_per_s']:.3g} tok/s, ") if times else ""
+        print(f"{row['system']} G={point.G} T=1 Ep={point.Ep} D={point.D} {point.model_name} "
+              f"{timing}a2a {run.a2a.bytes} B x {run.a2a.calls}, loss {loss:.4f}", flush=True)
+    return run
+
+
+def run_training(point, cfg, args, command, revision):
+    steps = cfg["training"]["steps"]
+    run = Run(point, steps)
+    rows, first = [], None
+    try:
+        for step in range(steps):
+            seconds, lm, aux, lr, norm, _ = run.step(step)
+            loss = lm + point.cfg["gating"]["aux_coeff"] * aux
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"loss is {loss} at step {step}")
+            first = loss if first is None else first
+            tokens = point.tokens_per_step()
+            row = {"step": step, "loss": loss, "lm_loss": lm, "aux_loss": aux, "lr": lr,
+                   "grad_norm": norm, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                   "gflops_per_s": run.flops_per_step / point.G / seconds / 1e9, "G": point.G,
+                   "T": 1, "Ep": point.Ep, "D": point.D, "dtd": 0, "cac": 0, "reduce_scatter": 0,
+                   "zero1": int(cfg["parallel"]["zero1"]), "tile_elems": 0,
+                   "backend": cfg["run"]["backend"], "dtype": cfg["run"]["dtype"],
+                   "loss_scale": float(getattr(run.engine.optimizer, "cur_scale", 1.0)),
+                   "skipped": 0, "all_to_all_expert_bytes": run.a2a.bytes,
+                   "git_revision": revision, "command": command}
+            described = run.describe()
+            row.update(comm=described["comm"], device=described["device"])
+            rows.append(row)
+            if run.rank == 0 and (step % cfg["training"]["log_every"] == 0 or step + 1 == steps):
+                print(f"step {step + 1:5d}/{steps} loss {loss:.4f} lm {lm:.4f} aux {aux:.4f} "
+                      f"lr {lr:.2e} |g| {norm if norm is not None else float('nan'):.3f} "
+                      f"tok/s {tokens / seconds:.0f}", flush=True)
+    except FloatingPointError as error:
+        if run.rank == 0 and rows:
+            write_atomic(args.csv, TRAIN_COLUMNS, rows)
+        raise RuntimeError(f"{error}; the steps before it are in {args.csv}" if rows else
+                           str(error)) from None
+    fingerprint = run.fingerprint()
+    if run.rank == 0:
+        rows[-1]["fingerprint"] = f"{fingerprint:.9e}"
+        write_atomic(args.csv, TRAIN_COLUMNS, rows)
+        print(f"# loss {first:.4f} -> {rows[-1]['loss']:.4f}\n# fingerprint {fingerprint:.9e}\n"
+              f"# CSV: {args.csv}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog=PROGRAM)
+    parser.add_argument("-c", "--config", required=True, help="experiment or ted_train YAML")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--iters", type=int, help="timed iterations (run.iters; 0: one step)")
+    parser.add_argument("--steps", type=int, help="ted_train configs: training.steps")
+    parser.add_argument("--dtype", help="fp32, bf16 or fp16 (run.dtype)")
+    parser.add_argument("--backend", help="cpu or cuda (run.backend)")
+    parser.add_argument("--csv", help="CSV (default results/<experiment>/deepspeed_<config>.csv)")
+    parser.add_argument("--check", action="store_true", help="validate only, run nothing")
+    parser.add_argument("--ranks", type=int, help="with --check: the rank count to check for")
+    parser.add_argument("--list-ranks", action="store_true",
+                        help="print the rank counts of the config's points up to --ranks")
+    args = parser.parse_args()
+    overrides = list(args.set)
+    for key, value in (("run.iters", args.iters), ("training.steps", args.steps),
+                       ("run.dtype", args.dtype), ("run.backend", args.backend),
+                       ("run.csv", args.csv)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+    try:
+        cfg = ted_config.load(args.config, overrides)
+        stem = Path(args.config).stem
+        train = not cfg["experiment"]
+        args.csv = cfg["run"]["csv"] or (cfg["training"]["csv"] if train else "") or \
+            f"results/{cfg['experiment'] or 'train'}/deepspeed_{stem}.csv"
+        columns = TRAIN_COLUMNS if train else EXPERIMENT_COLUMNS
+        if not train:
+            check_appendable(args.csv, columns)
+        elif Path(args.csv).is_dir():
+            raise ted_config.ConfigError(f"key 'training.csv': '{args.csv}' is a directory")
+        if args.list_ranks:
+            ranks = args.ranks or int(os.environ.get("SLURM_NTASKS", "1"))
+            counts = sorted({p.G for p in ted_config.all_points(cfg, ranks) if p.G <= ranks})
+            if not counts:
+                raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {ranks} ranks")
+            print(" ".join(map(str, counts)))
+            return 0
+        if args.check:
+            ranks = args.ranks or int(os.environ.get("SLURM_NTASKS", "1"))
+            if ranks < 1:
+                raise ted_config.ConfigError(f"--ranks must be positive, got {ranks}")
+            points, skipped = ted_config.plan(cfg, ranks)
+            if not points:
+                raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {ranks} ranks")
+            for line in skipped:
+                print(f"# {line}")
+            print(f"{PROGRAM}: check passed: {cfg['where']} on {ranks} ranks: {len(points)} "
+                  f"point(s)")
+            return 0
+        os.environ.setdefault("DS_ACCELERATOR", cfg["run"]["backend"])
+        rank, world = distributed_environment()
+        points, skipped = ted_config.plan(cfg, world)
+        if not points:
+            raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {world} ranks: "
+                                         + "; ".join(skipped))
+    except ted_config.ConfigError as error:
+        if rank == 0:
+            print(f"{PROGRAM}: {error}", file=sys.stderr)
+        return 2
+
+    import deepspeed
+    import torch
+    from deepspeed.accelerator import get_accelerator
+
+    if cfg["run"]["backend"] == "cuda" and not torch.cuda.is_available():
+        if rank == 0:
+            print(f"{PROGRAM}: {cfg['where']}: run.backend cuda, but no GPU here", file=sys.stderr)
+        return 2
+    threads = os.environ.get("TED_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
+    if threads:
+        torch.set_num_threads(int(threads))
+    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's chatter off the result lines
+        deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
+    command = " ".join(shlex.quote(a) for a in ["baselines/deepspeed/run.py"] + sys.argv[1:])
+    revision = git_revision()
+    if rank == 0:
+        print(f"# {PROGRAM} deepspeed {deepspeed.__version__}, torch {torch.__version__}: "
+              f"{cfg['where']}, {len(points)} point(s) on {world} ranks, "
+              f"{torch.get_num_threads()} thread(s) per rank", flush=True)
+        for line in skipped:
+            print(f"# {line}", flush=True)
+    try:
+        for point in points:
+            if train:
+                run_training(point, cfg, args, command, revision)
+            else:
+                run_experiment_point(point, cfg, args, command, revision)
+    except RuntimeError as error:  # a non-finite loss: one line; the rows before it are kept
+        if rank == 0:
+            print(f"{PROGRAM}: {error}", file=sys.stderr)
+        return 1
+    if rank == 0 and not train:
+        print(f"# CSV: {args.csv} ({len(points)} row(s) appended)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

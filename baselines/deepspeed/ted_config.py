@@ -1,0 +1,299 @@
+"""Our YAML configs, read for the DeepSpeed runner: the keys, defaults and rules of
+lib/ted/train/train_config.hpp and lib/ted/experiments/harness.hpp (a wrong key or value is a
+ConfigError naming the file and key), and the points each experiment measures, laid out as our
+`deepspeed-moe` system lays them (make_point in harness.cpp): T = 1, the tensor ranks becoming
+data ranks, so DeepSpeed runs the same model, micro-batches and tokens per step.
+"""
+import copy
+import math
+import os
+
+import yaml
+
+
+class ConfigError(Exception):
+    pass
+
+
+# Every key our programs accept, with its default (section -> key -> default). Keys that steer
+# only our schedule (DTD, CAC, reduce-scatter, tiles, overlap, clusters) are accepted and
+# have no DeepSpeed counterpart.
+DEFAULTS = {
+    "model": {"vocab": 64, "seq_len": 32, "hidden": 64, "heads": 4, "layers": 2, "ffn_mult": 4,
+              "experts": 4, "expert_interval": 2, "checkpoint": False, "attention": "fused",
+              "init_std": 0.02},
+    "gating": {"top_k": 1, "capacity_factor": 1.0, "min_capacity": 4,
+               "random_token_selection": False, "second_choice_noise": False, "dropless": False,
+               "aux_coeff": 0.01},
+    "optimizer": {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 10, "weight_decay": 0.01,
+                  "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0},
+    "data": {"source": "synthetic", "path": "", "token_bytes": 2, "noise": 0.1, "micro_batch": 4,
+             "micro_batches": 1, "global_batch": 0},
+    "training": {"steps": 100, "seed": 1234, "log_every": 1, "csv": ""},
+    "parallel": {"tp": 1, "ep": 1, "dp": 0, "dtd": False, "cac": False, "cac_all_reduce": False,
+                 "reduce_scatter": False, "zero1": True, "tile_elems": 0, "split_experts": True,
+                 "overlap": 1},
+    "run": {"backend": "cpu", "dtype": "fp32", "comm": "mpi", "loss_scale": 65536.0,
+            "loss_scale_window": 1000, "cluster": "", "warmup": 1, "iters": 5, "csv": ""},
+    "layout": {"tp": 1, "ep": 1, "dp": 0},
+    "sweep": {k: [] for k in ("ranks", "tp", "ep", "hidden", "heads", "layers", "experts",
+                              "global_batch", "tile")},
+    "family": {"hidden": [], "heads": [], "layers": []},
+    "memory": {"budget_bytes": 0},
+    "largest": {"gpus": [], "max_tp": 8, "max_experts": 128},
+}
+TOP_LEVEL = {"experiment": "", "systems": []}
+EXPERIMENTS = ("ablation", "weak_scaling", "strong_scaling")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    pass
+
+
+def _unique_mapping(loader, node, deep=False):
+    keys = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in keys:
+            raise ConfigError(f"key '{key}' is given twice (line {key_node.start_mark.line + 1})")
+        keys.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _convert(value, default, key):
+    """`value` as the type of `default`; no inf or NaN anywhere."""
+    if isinstance(default, bool):
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"key '{key}' must be true or false, got '{value}'")
+    if isinstance(default, int):
+        try:
+            if isinstance(value, bool) or float(value) != int(float(value)):
+                raise ValueError
+            return int(float(value))
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"key '{key}' must be an integer, got '{value}'") from None
+    if isinstance(default, float):
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"key '{key}' must be a number, got '{value}'") from None
+        if not math.isfinite(number):
+            raise ConfigError(f"key '{key}' must be a finite number, got '{value}'")
+        return number
+    if isinstance(default, list):
+        if isinstance(value, str):  # --set key=a,b,c as ours takes it
+            value = [v.strip() for v in value.split(",")] if value.strip() else []
+        if not isinstance(value, list):
+            raise ConfigError(f"key '{key}' must be a list, got '{value}'")
+        if key == "systems":
+            return [str(v) for v in value]
+        return [_convert(v, 0, key) for v in value]
+    return "" if value is None else str(value)
+
+
+def _set(cfg, key, value):
+    if "." in key:
+        section, name = key.split(".", 1)
+        if section not in DEFAULTS or name not in DEFAULTS[section]:
+            raise ConfigError(f"unknown key '{key}'")
+        cfg[section][name] = _convert(value, DEFAULTS[section][name], key)
+    else:
+        if key not in TOP_LEVEL:
+            raise ConfigError(f"unknown key '{key}'")
+        cfg[key] = _convert(value, TOP_LEVEL[key], key)
+
+
+def _positive(cfg, keys):
+    for key in keys:
+        section, name = key.split(".")
+        if cfg[section][name] < 1:
+            raise ConfigError(f"key '{key}' must be at least 1, got {cfg[section][name]}")
+
+
+def load(path, overrides=()):
+    """The config of `path` with `section.key=value` overrides, checked; ConfigError names the
+    file and key."""
+    where = path + (" with --set" if overrides else "")
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: no such file")
+    cfg = copy.deepcopy(DEFAULTS)
+    cfg.update(copy.deepcopy(TOP_LEVEL))
+    try:
+        with open(path) as handle:
+            doc = yaml.load(handle, Loader=_UniqueKeyLoader) or {}
+        if not isinstance(doc, dict):
+            raise ConfigError("the file must be a YAML map of sections")
+        for section, body in doc.items():
+            if section in TOP_LEVEL:
+                _set(cfg, section, body)
+                continue
+            if section not in DEFAULTS:
+                raise ConfigError(f"unknown section '{section}'")
+            if not isinstance(body, dict):
+                raise ConfigError(f"section '{section}' must be a map")
+            for key, value in body.items():
+                _set(cfg, f"{section}.{key}", value)
+        for assignment in overrides:
+            if "=" not in assignment:
+                raise ConfigError(f"--set '{assignment}' is not section.key=value")
+            key, value = assignment.split("=", 1)
+            _set(cfg, key.strip(), yaml.load(value, Loader=_UniqueKeyLoader))
+        _validate(cfg)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{where}: not valid YAML: {str(error).splitlines()[0]}") from None
+    cfg["where"] = where
+    return cfg
+
+
+def _validate(cfg):
+    m, g, o, d, r = cfg["model"], cfg["gating"], cfg["optimizer"], cfg["data"], cfg["run"]
+    _positive(cfg, ["model.seq_len", "model.hidden", "model.heads", "model.layers",
+                    "model.ffn_mult", "model.experts", "model.expert_interval",
+                    "data.micro_batch", "data.micro_batches", "training.steps"])
+    if m["vocab"] < 2:
+        raise ConfigError(f"key 'model.vocab' must be at least 2, got {m['vocab']}")
+    if m["hidden"] % m["heads"]:
+        raise ConfigError(f"model.heads ({m['heads']}) must divide model.hidden ({m['hidden']})")
+    if m["attention"] not in ("fused", "materialized"):
+        raise ConfigError(f"model.attention must be fused or materialized, got '{m['attention']}'")
+    if g["top_k"] not in (1, 2) or g["top_k"] > m["experts"]:
+        raise ConfigError(f"gating.top_k must be 1 or 2 and at most model.experts, got "
+                          f"{g['top_k']}")
+    if not 0 < g["capacity_factor"] <= m["experts"]:
+        raise ConfigError("gating.capacity_factor must be positive and at most model.experts")
+    if g["min_capacity"] < 0 or g["aux_coeff"] < 0:
+        raise ConfigError("gating.min_capacity and gating.aux_coeff must not be negative")
+    if not 0 < m["init_std"] <= 1:
+        raise ConfigError(f"model.init_std must be in (0, 1], got {m['init_std']}")
+    if o["lr"] <= 0 or o["min_lr"] < 0 or o["warmup_steps"] < 0 or o["grad_clip"] < 0:
+        raise ConfigError("optimizer.lr must be positive; min_lr, warmup_steps and grad_clip "
+                          "must not be negative")
+    if d["source"] not in ("synthetic", "file"):
+        raise ConfigError(f"data.source must be synthetic or file, got '{d['source']}'")
+    if d["source"] == "file" and not os.path.isfile(d["path"]):
+        raise ConfigError(f"data.path: '{d['path']}' is not a file")
+    if d["token_bytes"] not in (2, 4):
+        raise ConfigError(f"data.token_bytes must be 2 or 4, got {d['token_bytes']}")
+    if not 0 <= d["noise"] <= 1:
+        raise ConfigError(f"data.noise must be in [0, 1], got {d['noise']}")
+    if r["backend"] not in ("cpu", "cuda"):
+        raise ConfigError(f"run.backend must be cpu or cuda, got '{r['backend']}'")
+    if r["dtype"] not in ("fp32", "bf16", "fp16"):
+        raise ConfigError(f"run.dtype must be fp32, bf16 or fp16, got '{r['dtype']}'")
+    if r["warmup"] < 0 or r["iters"] < 0:
+        raise ConfigError("run.warmup and run.iters must not be negative")
+    if cfg["experiment"] and cfg["experiment"] not in EXPERIMENTS + ("memory",):
+        raise ConfigError(f"unknown experiment '{cfg['experiment']}'")
+
+
+class Point:
+    """One configuration DeepSpeed runs: the config with the point's model and micro-batches,
+    and the deepspeed-moe layout (T = 1, Ep, D)."""
+
+    def __init__(self, cfg, ranks, tp, ep, label):
+        if ranks % (tp * ep):
+            raise ConfigError(f"{cfg['where']}: {label}: tp x ep = {tp * ep} does not divide "
+                              f"{ranks} ranks")
+        self.cfg, self.label = cfg, label
+        self.G, self.Ep = ranks, ep
+        self.D = ranks // ep  # our deepspeed-moe: the tensor ranks become data ranks
+        if cfg["model"]["experts"] % ep:
+            raise ConfigError(f"{cfg['where']}: {label}: Ep = {ep} does not divide "
+                              f"model.experts = {cfg['model']['experts']}")
+
+    @property
+    def model_name(self):
+        m = self.cfg["model"]
+        return f"h{m['hidden']}-L{m['layers']}-E{m['experts']}"
+
+    def tokens_per_step(self):
+        d = self.cfg["data"]
+        return d["micro_batch"] * d["micro_batches"] * self.G * self.cfg["model"]["seq_len"]
+
+
+def _with_global_batch(cfg, point, global_batch):
+    if global_batch <= 0:
+        return
+    per_step = cfg["data"]["micro_batch"] * point.G
+    if global_batch % per_step:
+        raise ConfigError(f"{cfg['where']}: {point.label}: a global batch of {global_batch} "
+                          f"sequences does not divide into micro-batches of "
+                          f"{cfg['data']['micro_batch']} over {point.G} data-parallel ranks")
+    cfg["data"]["micro_batches"] = global_batch // per_step
+
+
+def all_points(cfg, world_size):
+    """Every point of the config, laid out as our deepspeed-moe (dp 0: `world_size` ranks)."""
+    experiment = cfg["experiment"]
+    points = []
+    if not experiment:  # ted_train's config: parallel.* on the launched ranks
+        p = cfg["parallel"]
+        ranks = p["tp"] * p["ep"] * p["dp"] if p["dp"] > 0 else world_size
+        points.append(Point(copy.deepcopy(cfg), ranks, p["tp"], p["ep"], "parallel.*"))
+    elif experiment == "ablation":
+        lay = cfg["layout"]
+        ranks = lay["tp"] * lay["ep"] * lay["dp"] if lay["dp"] > 0 else world_size
+        point = Point(copy.deepcopy(cfg), ranks, lay["tp"], lay["ep"], "layout.*")
+        _with_global_batch(point.cfg, point, cfg["data"]["global_batch"])
+        points.append(point)
+    elif experiment in ("weak_scaling", "strong_scaling"):
+        s = cfg["sweep"]
+        if not s["ranks"]:
+            raise ConfigError(f"{cfg['where']}: key 'sweep.ranks' must list the rank count of "
+                              "every point")
+        for key, values in s.items():
+            if values and len(values) != len(s["ranks"]) or key in ("tp", "ep") and not values:
+                raise ConfigError(f"{cfg['where']}: key 'sweep.{key}' must have one entry per "
+                                  f"point ({len(s['ranks'])})")
+        for i, ranks in enumerate(s["ranks"]):
+            point_cfg = copy.deepcopy(cfg)
+            for key in ("hidden", "heads", "layers", "experts"):
+                if s[key]:
+                    point_cfg["model"][key] = s[key][i]
+            point = Point(point_cfg, ranks, s["tp"][i], s["ep"][i], f"sweep point {i + 1}")
+            global_batch = s["global_batch"][i] if s["global_batch"] else \
+                cfg["data"]["global_batch"]
+            _with_global_batch(point_cfg, point, global_batch)
+            if experiment == "strong_scaling" and global_batch <= 0:
+                if point_cfg["data"]["micro_batches"] % point.G:
+                    raise ConfigError(f"{cfg['where']}: key 'data.micro_batches' (the whole "
+                                      f"step's) must divide over the {point.G} data-parallel "
+                                      f"ranks of sweep point {i + 1}")
+                point_cfg["data"]["micro_batches"] //= point.G
+            points.append(point)
+    else:
+        raise ConfigError(f"{cfg['where']}: the DeepSpeed runner runs ablation, weak_scaling, "
+                          f"strong_scaling and ted_train configs, not '{experiment}'")
+    for point in points:
+        m, g = point.cfg["model"], point.cfg["gating"]
+        if m["hidden"] % m["heads"]:
+            raise ConfigError(f"{cfg['where']}: {point.label}: model.heads must divide "
+                              "model.hidden")
+        tokens = point.cfg["data"]["micro_batch"] * m["seq_len"]
+        if g["top_k"] == 1 and tokens < g["min_capacity"]:  # ours allows it; DeepSpeed asserts
+            raise ConfigError(f"{cfg['where']}: {point.label}: DeepSpeed's top-1 gating needs at "
+                              f"least gating.min_capacity ({g['min_capacity']}) tokens per "
+                              f"micro-batch, this one has {tokens}")
+    return points
+
+
+def plan(cfg, world_size):
+    """(points, skipped lines): the points of the config whose rank count is `world_size`
+    (DeepSpeed's data-parallel world is the whole job, so each rank count is its own launch)."""
+    points, skipped = all_points(cfg, world_size), []
+    runnable = [p for p in points if p.G == world_size]
+    for p in points:
+        if p.G != world_size:
+            skipped.append(f"skipping {p.label} (G={p.G}): launch it on {p.G} ranks "
+                           f"({world_size} launched)")
+    return runnable, skipped

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The DeepSpeed baseline against ours on N CPU ranks: the tiny ablation-shaped config
+# (deepspeed_tiny.yaml) through ted_ablation (deepspeed-moe and ted, one untimed step) and
+# through baselines/deepspeed/run.py (one timed step), and ted_train's tiny config through both
+# (5 steps, Ep = 2); check_deepspeed.py then holds the rows to each other: the same schema,
+# finite losses, step-0 losses within 5% of ln(vocab) on both sides, the same tokens per step
+# and parameters as our deepspeed-moe, the same expert all-to-alls.
+# Skipped (exit 77, with the reason) when the environment cannot be installed: no registry,
+# or TED_SKIP_DEEPSPEED set.
+#   deepspeed_baseline.sh <source dir> <build dir> <work dir> <mpiexec> <ranks>
+set -euo pipefail
+source_dir=$1 build=$2 work=$3 mpiexec=$4 ranks=$5
+if [ -n "${TED_SKIP_DEEPSPEED:-}" ]; then
+  echo "SKIPPED: TED_SKIP_DEEPSPEED is set: the DeepSpeed environment is not installed"
+  exit 77
+fi
+start=$(date +%s)
+rc=0
+venv=$("$source_dir/baselines/deepspeed/setup.sh" | tail -1) || rc=$?
+if [ "$rc" = 3 ]; then
+  echo "SKIPPED: the package registry cannot be reached, so the DeepSpeed environment" \
+    "(baselines/deepspeed/requirements.txt) cannot be installed"
+  exit 77
+fi
+[ "$rc" = 0 ] || exit "$rc"
+echo "# environment ready in $(($(date +%s) - start)) s: $venv"
+rm -rf "$work"
+mkdir -p "$work"
+cd "$source_dir"
+tp=1 dp=1
+[ "$ranks" -ge 4 ] && tp=2 dp=$((ranks / 4))
+layout=(--set layout.tp=$tp --set layout.ep=2 --set layout.dp=$dp)
+config=tests/apps/deepspeed_tiny.yaml
+export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1
+"$mpiexec" -n "$ranks" --oversubscribe -q "$build/apps/ted_ablation" -c "$config" "${layout[@]}" \
+  --iters 0 --csv "$work/ours.csv"
+baselines/deepspeed/launch.sh -n "$ranks" -c "$config" "${layout[@]}" --csv "$work/deepspeed.csv"
+"$mpiexec" -n "$ranks" --oversubscribe -q "$build/apps/ted_train" \
+  -c experiments/train/tiny-cpu.yaml --ep 2 --steps 5 --csv "$work/ours_train.csv" >/dev/null
+baselines/deepspeed/launch.sh -n "$ranks" -c experiments/train/tiny-cpu.yaml \
+  --set parallel.ep=2 --steps 5 --csv "$work/deepspeed_train.csv"
+/usr/bin/python3 "$source_dir/tests/apps/check_deepspeed.py" "$work" "$ranks"
+# The sbatch scripts' check mode (no Slurm needed): the paper YAMLs at the paper's rank counts
+# pass; a config with an unknown key is refused with one line and exit 2.
+for script in ablation weak_scaling strong_scaling; do
+  bash "baselines/deepspeed/slurm/$script.sbatch" --check --ranks 256 >/dev/null
+done
+echo "ok    sbatch --check passes the paper YAMLs"
+printf 'experiment: ablation\nmodel:\n  bogus: 1\n' >"$work/bad.yaml"
+rc=0
+CONFIG=$work/bad.yaml bash baselines/deepspeed/slurm/ablation.sbatch --check --ranks 4 \
+  2>"$work/bad.err" || rc=$?
+[ "$rc" = 2 ] && grep -q "unknown key 'model.bogus'" "$work/bad.err" || {
+  echo "FAIL  a bad config: exit $rc, $(cat "$work/bad.err")"
+  exit 1
+}
+echo "ok    sbatch --check refuses a bad config: $(head -1 "$work/bad.err")"
+echo "# $(($(date +%s) - start)) s in all"
