@@ -47,7 +47,8 @@ EXPERIMENT_COLUMNS = (
     "all_reduce_bytes,all_gather_bytes,reduce_scatter_bytes,all_to_all_bytes,all_to_all_calls,"
     "peak_parameters_bytes,peak_gradients_bytes,peak_optimizer_state_bytes,peak_activations_bytes,"
     "peak_communication_bytes,peak_cac_stash_bytes,peak_optimizer_temporaries_bytes,"
-    "peak_total_bytes,budget_bytes,fits,status,final_loss,git_revision,command").split(",")
+    "peak_total_bytes,budget_bytes,fits,status,final_loss,git_revision,command,threads,"
+    "slurm_job").split(",")
 _LEDGER = [f"{op}_{group}_bytes" for op in ("all_reduce", "all_gather", "reduce_scatter",
                                             "all_to_all")
            for group in ("tensor", "expert", "expert_data", "nonexpert_data")]
