@@ -33,7 +33,9 @@ mutations=(
 
 echo "== copying the tree to $scratch"
 mkdir -p "$scratch"
-rsync -a --delete --exclude '/build*' --exclude '/.git' --exclude '/results/local' "$root/" "$scratch/src/"
+rm -rf "$scratch/src" && mkdir -p "$scratch/src"
+# The working tree as git sees it (tracked files and new ones it does not ignore).
+git -C "$root" ls-files -co --exclude-standard -z | tar -C "$root" --null -T - -cf - | tar -C "$scratch/src" -xf -
 build="$scratch/build"
 targets=(test_backend_emulated test_comm_emulated)
 echo "== building the emulated tests (once)"
