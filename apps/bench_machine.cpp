@@ -44,14 +44,21 @@ void triad(benchmark::State& state, std::size_t bytes) {
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The fastest of `repeats` single calls after a warm-up one: a call that another process
+// preempted only makes that call slower, so the minimum is the machine's rate.
 double sgemm_seconds(int m, int n, int k, int repeats) {
   std::vector<float> a(static_cast<std::size_t>(m) * k, 0.5f),
       b(static_cast<std::size_t>(k) * n, 0.25f), c(static_cast<std::size_t>(m) * n);
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < repeats; ++i)
+  double best = 0;
+  for (int i = 0; i <= repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
     ted::kernels::cpu::gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(),
                             n);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i == 1 || (i > 1 && s < best)) best = s;
+  }
+  return best;
 }
 
 // The block's element-wise rate, as described at the top.
@@ -95,13 +102,15 @@ void elementwise(benchmark::State& state, ted::bench::BlockShape shape, int bloc
   core.peak_flops = core.sustained_flops;
   core.memory_bandwidth = 1e30;  // GEMMs at the sgemm rate only
   const double gemms = ted::projection::gemm_seconds(step, core);
+  state.counters["block_ms"] = seconds * 1e3;
+  state.counters["gemm_ms"] = gemms * 1e3;
   if (seconds <= gemms) {
-    state.SkipWithError("the block ran faster than its GEMMs at the sgemm rate");
+    // Timing noise, not a wrong result (a block this small is mostly GEMMs): no rate derived,
+    // and scripts/calibrate_cpu.sh, which reads GB/s, says so.
+    state.SetLabel("no GB/s: the block measured within its GEMMs' time (a noisy machine)");
     return;
   }
   state.counters["GB/s"] = ted::projection::memory_bound_bytes(step) / (seconds - gemms) / 1e9;
-  state.counters["block_ms"] = seconds * 1e3;
-  state.counters["gemm_ms"] = gemms * 1e3;
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ for op in all_reduce all_to_all; do
     --op "$op" -b 1K -e 4M -f 4 -w 5 -n 30 --csv "$work/$op.csv" >/dev/null
 done
 rate() {  # rate <benchmark name part> <counter> <scale>
-  /usr/bin/python3 -c "import json,sys; b=[x for x in json.load(open(sys.argv[1]))['benchmarks'] if sys.argv[2] in x['name']]; print('%.4g' % (b[0][sys.argv[3]] * float(sys.argv[4])))" \
+  /usr/bin/python3 -c "import json,sys; b=[x for x in json.load(open(sys.argv[1]))['benchmarks'] if sys.argv[2] in x['name']]; b[0].get(sys.argv[3]) is not None or sys.exit('calibrate_cpu.sh: %s has no %s (%s); run it again on a quieter machine' % (b[0]['name'], sys.argv[3], b[0].get('label', ''))); print('%.4g' % (b[0][sys.argv[3]] * float(sys.argv[4])))" \
     "$work/machine.json" "$@"
 }
 peak=$(rate large GFLOP/s 1e9)
