@@ -12,7 +12,7 @@ scratch=${1:-/tmp/ted-mutations}
 source "$root/scripts/common.sh"
 ted_install_missing || exit 2
 ted_mpi_env
-export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 TED_EMU_DELAY_US=20 TED_EMU_MEMORY=256M
+export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 TED_EMU_DELAY_US=20
 
 # name | file | the text as it is (\n: a line break) | as the bug has it | the test that must fail
 mutations=(
@@ -44,10 +44,10 @@ cmake -S "$scratch/src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTED_EN
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$scratch/build.log" 2>&1 ||
   { echo "build failed: $scratch/build.log"; exit 2; }
 
-run_test() {  # <backend|comm> <catch filter or comm> [ranks]
+run_test() {  # <backend|comm> <catch filter or comm> [ranks]; the settings of their CTests
   case $1 in
     backend) timeout 900 "$build/tests/test_backend_emulated" --device cuda "$2" ;;
-    comm) timeout 600 mpirun -n "$3" --oversubscribe -q "$build/tests/test_comm_emulated" \
+    comm) TED_EMU_MEMORY=256M timeout 600 mpirun -n "$3" --oversubscribe -q "$build/tests/test_comm_emulated" \
       --device cuda --backend "$2" ;;
   esac
 }
