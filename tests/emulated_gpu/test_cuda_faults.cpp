@@ -74,15 +74,22 @@ TEST_CASE("a collective's recorded time leaves out the work queued before it", "
   ted::Ledger ledger;
   ledger.set_keep_entries(true);
   world.set_ledger(&ledger);
-  const cudaStream_t stream = ted::cuda::stream_of(ted::test::device());
-  // 300 ms of "compute" on the device's stream, then the collective.
+  auto& device = ted::test::device();
+  std::vector<float> host(8, 1.0f);
+  ted::DeviceBuffer buffer(device, host.size() * sizeof(float));
+  device.copy_from_host(buffer.data(), host.data(), host.size() * sizeof(float));
+  device.synchronize();
+  // 300 ms of "compute" on the device's stream, then the collective, with nothing between them
+  // that waits for the stream (an upload there would wait for the compute before the clock).
   auto slow = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
-  REQUIRE(cudaLaunchHostFunc(stream, slow, nullptr) == cudaSuccess);
+  REQUIRE(cudaLaunchHostFunc(ted::cuda::stream_of(device), slow, nullptr) == cudaSuccess);
   const auto start = std::chrono::steady_clock::now();
-  all_reduced(world, 1.0f);
+  world.all_reduce(buffer.data(), buffer.data(), host.size(), DataType::f32);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   world.set_ledger(nullptr);
+  device.copy_to_host(host.data(), buffer.data(), host.size() * sizeof(float));
+  for (float v : host) CHECK(v == static_cast<float>(world.size()));
   REQUIRE(ledger.entries().size() == 1);
   CHECK(wall >= 0.3);
   CHECK(ledger.entries()[0].seconds < 0.15);
