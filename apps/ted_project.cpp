@@ -158,8 +158,11 @@ std::vector<std::map<std::string, std::string>> measured_rows(const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"TED projection: experiments at cluster scale, layout search, validation",
-               "ted_project"};
+  CLI::App app{
+      "TED projection (runs nothing): time per iteration, traffic and memory per rank of "
+      "an experiment on a cluster file, from the suite's performance model; layout "
+      "search; validation against measured rows",
+      "ted_project"};
   app.require_subcommand(1);
   // CLI11 would say only that a subcommand is required; name the word it did not know.
   if (argc > 1 && argv[1][0] != '-') {

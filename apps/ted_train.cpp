@@ -54,7 +54,11 @@ std::string progress_bar(int done, int total, int width = 20) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"TED training of the MoE GPT from a YAML config, on CPU or GPU ranks", "ted_train"};
+  CLI::App app{
+      "TED training of the MoE GPT from a YAML config, on CPU or GPU ranks: measures per step "
+      "the loss, gradient norm, time and the bytes each collective moved (CSV), and ends "
+      "with the parameter fingerprint",
+      "ted_train"};
   std::string config_path;
   std::vector<std::string> overrides;
   int steps = 0, tensor = 0, expert = 0, data = 0;
