@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
                "also time plain MPI calls in the same run (mpi backend)");
   app.add_option(
       "--csv", csv_path,
-      "CSV path (default results/collbench/<op>_<group>_<comm>_G<ranks>.csv, comm = mpi, "
+      "CSV path (default results/local/collbench/<op>_<group>_<comm>_G<ranks>.csv, comm = mpi, "
       "mpi-staged or nccl)");
 
   ted::CheckMode check;
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
           throw ted::ConfigError("--compare-mpi needs host memory (--comm mpi --device cpu)");
         const std::string carrier = world->name();  // mpi, mpi-staged or nccl
         if (csv_path.empty())
-          csv_path = "results/collbench/" + std::string(ted::to_string(options.op)) + "_" +
+          csv_path = "results/local/collbench/" + std::string(ted::to_string(options.op)) + "_" +
                      std::string(ted::to_string(options.group)) + "_" + carrier + "_G" +
                      std::to_string(mpi.world_size()) + ".csv";
         if (std::filesystem::is_directory(csv_path))
