@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "moe_block.hpp"
 #include "sgemm_bench.hpp"
 #include "ted/backend/device.hpp"
@@ -144,4 +145,14 @@ BENCHMARK_CAPTURE(sgemm, tiny, 64, 64, 32)->Iterations(3);
 BENCHMARK_CAPTURE(triad, tiny, 64 << 10)->Iterations(3);
 BENCHMARK_CAPTURE(elementwise, tiny, ted::bench::BlockShape{32, 4, 16, 4, 4, 2}, 1)->Iterations(1);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  return ted::bench::benchmark_main(
+      argc, argv,
+      "bench_machine: measures the rates the projection's CPU cluster file needs\n"
+      "(scripts/calibrate_cpu.sh writes them into experiments/clusters/cpu.yaml): cblas_sgemm\n"
+      "at a large shape and at the CPU experiments' shapes (GFLOP/s), the bandwidth of an\n"
+      "element-wise pass in cache and beyond (GB/s), and the rate of the suite's own\n"
+      "element-wise work in a CPU experiment's block. Each checks its result first; tiny* is\n"
+      "what CTest runs.\n"
+      "  build/apps/bench_machine --benchmark_filter=tiny");
+}

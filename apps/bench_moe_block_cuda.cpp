@@ -10,7 +10,7 @@
 //
 //   build/apps/bench_moe_block_cuda                               # paper size and a tiny one
 //   build/apps/bench_moe_block_cuda --benchmark_filter=tiny       # what CTest runs
-// Exits 77 (skipped) without a GPU.
+// --help works anywhere; without a GPU anything else exits 77 (skipped).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "moe_block.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/kernels/cuda/kernels.hpp"
@@ -127,6 +128,19 @@ void BM_moe_block(benchmark::State& state, Size size) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before looking for a GPU: --help answers on any machine.
+  ted::bench::program_description() =
+      "bench_moe_block_cuda: measures one MoE transformer block, forward + backward, on one\n"
+      "GPU (the suite's model on the CUDA backend, bf16 and fp16 storage, fp32-accumulating\n"
+      "cuBLAS): time per step and TFLOP/s, next to a cuBLAS GEMM of the experts' shape measured\n"
+      "in the same run. Each block first checks its 16-bit loss against the fp32 model on the\n"
+      "same weights (passed = 1). Sizes: the paper's block (h4096, 8 experts, top-2, 8192\n"
+      "tokens) and tiny (what CTest runs). Without a GPU it exits 77 (skipped).\n"
+      "  build/apps/bench_moe_block_cuda --benchmark_filter=tiny";
+  if (ted::bench::asks_for_help(argc, argv)) {
+    ted::bench::print_help();
+    return 0;
+  }
   if (ted::gpu_count() == 0) {
     std::printf("SKIPPED: no GPU visible to this process (the CUDA benchmark needs one)\n");
     return 77;
@@ -145,7 +159,7 @@ int main(int argc, char** argv) {
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
-  benchmark::Initialize(&argc, argv);
+  ted::bench::initialize(&argc, argv, ted::bench::program_description());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   g_device.reset();

@@ -7,6 +7,9 @@
 
 int main(int argc, char** argv) {
   return ted::experiments::experiment_main(
-      argc, argv, "ablation", "TED ablation: baseline, +DTD, +CAC, +both on one model and layout",
+      argc, argv, "ablation",
+      "TED ablation: measures time per iteration (compute and communication) and the bytes "
+      "and calls of each collective kind for TED-baseline, +DTD, +CAC, +both and +reduce-scatter "
+      "on one model and layout; one CSV row per system",
       ted::experiments::ablation_plan);
 }

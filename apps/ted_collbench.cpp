@@ -40,10 +40,14 @@ void print_row(const ted::bench::CollectiveBenchRow& row, void* user) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"TED collective benchmark (nccl-tests style): sizes, timing, checked data, CSV",
-               "ted_collbench"};
+  CLI::App app{
+      "ted_collbench: the collective benchmark (nccl-tests style). Measures the time (median, "
+      "p10, p90 of the slowest rank), algbw and busbw of one collective on one kind of TED group "
+      "over a sweep of message sizes, checks every element of every result (#wrong), prints a "
+      "table and writes a CSV. -n 0 -w 0 checks only.",
+      "ted_collbench"};
   std::string op_name = "all_to_all", group_name = "world", dtype_name = "float";
-  std::string backend_name = "mpi", device_name, min_text = "1K", max_text = "16M", csv_path;
+  std::string comm_name = "mpi", device_name, min_text = "1K", max_text = "16M", csv_path;
   int tensor = 1, expert = 1, data = 0;
   ted::bench::CollectiveBenchOptions options;
   app.add_option("-o,--op", op_name,
@@ -69,16 +73,21 @@ int main(int argc, char** argv) {
   app.add_option("--tp", tensor, "tensor-parallel size T")->capture_default_str();
   app.add_option("--ep", expert, "expert-parallel size Ep")->capture_default_str();
   app.add_option("--dp", data, "data-parallel size D (0: ranks / (T * Ep))")->capture_default_str();
-  app.add_option("--backend", backend_name,
-                 "mpi or nccl: what carries the buffers (nccl: GPU memory)")
+  app.add_option("--comm", comm_name, "mpi or nccl: what carries the buffers (nccl: GPU memory)")
       ->capture_default_str();
+  // The old spelling: refused with a pointer to --comm (other programs' --backend is cpu|cuda,
+  // which here is --device).
+  std::string old_backend;
+  app.add_option("--backend", old_backend)->group("");
   app.add_option("--device", device_name,
                  "cpu or cuda: where the buffers live (default: cuda for nccl, else cpu; mpi on "
                  "cuda stages GPU memory through host buffers)");
   app.add_flag("--compare-mpi", options.compare_mpi,
                "also time plain MPI calls in the same run (mpi backend)");
-  app.add_option("--csv", csv_path,
-                 "CSV path (default results/collbench/<op>_<group>_<backend>_G<ranks>.csv)");
+  app.add_option(
+      "--csv", csv_path,
+      "CSV path (default results/local/collbench/<op>_<group>_<comm>_G<ranks>.csv, comm = mpi, "
+      "mpi-staged or nccl)");
 
   ted::CheckMode check;
   ted::add_check_options(app, check);
@@ -87,14 +96,18 @@ int main(int argc, char** argv) {
       argc, argv, app,
       [&](ted::MpiSession& mpi) {
         // Everything that can be wrong with the input is checked here, identically on every rank.
+        if (app.count("--backend"))
+          throw ted::ConfigError("--backend " + old_backend +
+                                 ": renamed; use --comm mpi|nccl (what carries the buffers; "
+                                 "--device cpu|cuda says where they live)");
         options.op = ted::parse_collective(op_name);
         options.group = ted::parse_group(group_name);
         options.dtype = ted::parse_dtype(dtype_name);
         options.min_bytes = ted::parse_bytes(min_text, "-b/--minbytes");
         options.max_bytes = ted::parse_bytes(max_text, "-e/--maxbytes");
-        ted::CommBackend backend = ted::parse_comm_backend(backend_name);
+        ted::CommBackend backend = ted::parse_comm_backend(comm_name);
         if (options.compare_mpi && backend != ted::CommBackend::mpi)
-          throw ted::ConfigError("--compare-mpi needs --backend mpi");
+          throw ted::ConfigError("--compare-mpi needs --comm mpi");
         const int ranks = check.enabled ? check.ranks_for(mpi.world_size()) : mpi.world_size();
         ted::Layout layout = ted::resolve_layout(ranks, tensor, expert, data);
         ted::ProcessGrid grid(ranks, layout);
@@ -106,7 +119,7 @@ int main(int argc, char** argv) {
             ted::bench::peak_bytes(options, grid.group_size(options.group), on_host);
         if (check.enabled) {
           const std::string needs =
-              ted::check_needs(device_name, backend_name, ranks, "--backend/--device");
+              ted::check_needs(device_name, comm_name, ranks, "--comm/--device");
           if (mpi.world_rank() == 0)
             std::printf(
                 "ted_collbench: check passed: %s on the %s group, %d ranks as %s, up to %s "
@@ -128,10 +141,10 @@ int main(int argc, char** argv) {
         auto control = ted::MpiCommunicator::world(nullptr);
         auto world = ted::make_device_communicator(backend, *device, MPI_COMM_WORLD, nullptr);
         if (options.compare_mpi && world->name() != "mpi")
-          throw ted::ConfigError("--compare-mpi needs host memory (--backend mpi --device cpu)");
+          throw ted::ConfigError("--compare-mpi needs host memory (--comm mpi --device cpu)");
         const std::string carrier = world->name();  // mpi, mpi-staged or nccl
         if (csv_path.empty())
-          csv_path = "results/collbench/" + std::string(ted::to_string(options.op)) + "_" +
+          csv_path = "results/local/collbench/" + std::string(ted::to_string(options.op)) + "_" +
                      std::string(ted::to_string(options.group)) + "_" + carrier + "_G" +
                      std::to_string(mpi.world_size()) + ".csv";
         if (std::filesystem::is_directory(csv_path))

@@ -29,7 +29,10 @@ int main(int argc, char** argv) {
                   system.c_str(), best.first ? best.second.c_str() : "none fits",
                   static_cast<unsigned long long>(best.first));
   };
-  return experiment_main(argc, argv, "memory",
-                         "Memory per rank by category, and the largest model within a budget",
-                         memory_plan, summary);
+  return experiment_main(
+      argc, argv, "memory",
+      "Memory: measures the peak bytes per rank by category (tracking allocator) "
+      "of each layout, and the largest base model of a family within a "
+      "per-rank budget, TED against DeepSpeed-MoE",
+      memory_plan, summary);
 }

@@ -158,8 +158,11 @@ std::vector<std::map<std::string, std::string>> measured_rows(const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"TED projection: experiments at cluster scale, layout search, validation",
-               "ted_project"};
+  CLI::App app{
+      "TED projection (runs nothing): time per iteration, traffic and memory per rank of "
+      "an experiment on a cluster file, from the suite's performance model; layout "
+      "search; validation against measured rows",
+      "ted_project"};
   app.require_subcommand(1);
   // CLI11 would say only that a subcommand is required; name the word it did not know.
   if (argc > 1 && argv[1][0] != '-') {
@@ -184,7 +187,7 @@ int main(int argc, char** argv) {
     sub->add_option("--cluster", cluster_path,
                     "cluster YAML (experiments/clusters/; default: the config's run.cluster)");
     sub->add_option("--set", overrides, "override a key of the experiment YAML");
-    sub->add_option("--csv", csv, "CSV to append to");
+    sub->add_option("--csv", csv, "CSV to append to (default under results/local/projection/)");
     sub->add_flag("--check", check.enabled, "only validate the inputs; project and write nothing");
   }
   search->add_option("--gpus", gpus, "devices to lay the model out on")
@@ -212,9 +215,10 @@ int main(int argc, char** argv) {
     }
     // Where the rows will go, before anything is projected: an unusable path is bad input.
     if (csv.empty() && *experiment)
-      csv = "results/projection/" + config.experiment + "_" + stem(config_path) + "_" +
+      csv = "results/local/projection/" + config.experiment + "_" + stem(config_path) + "_" +
             cluster.name + ".csv";
-    if (csv.empty() && *validate) csv = "results/projection/validation_" + cluster.name + ".csv";
+    if (csv.empty() && *validate)
+      csv = "results/local/projection/validation_" + cluster.name + ".csv";
     if (!csv.empty())
       ted::check_csv_appendable(*experiment ? ex::result_table()
                                 : *search   ? search_table()

@@ -8,6 +8,9 @@
 
 int main(int argc, char** argv) {
   return ted::experiments::experiment_main(
-      argc, argv, "strong_scaling", "Strong scaling: one fixed MoE model over growing rank counts",
+      argc, argv, "strong_scaling",
+      "Strong scaling: measures time per iteration, tokens/s and GFLOP/s per rank of one "
+      "fixed MoE model and global batch over growing rank counts; one CSV row per point and "
+      "system",
       ted::experiments::strong_scaling_plan);
 }

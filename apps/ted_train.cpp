@@ -54,7 +54,11 @@ std::string progress_bar(int done, int total, int width = 20) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"TED training of the MoE GPT from a YAML config, on CPU or GPU ranks", "ted_train"};
+  CLI::App app{
+      "TED training of the MoE GPT from a YAML config, on CPU or GPU ranks: measures per step "
+      "the loss, gradient norm, time and the bytes each collective moved (CSV), and ends "
+      "with the parameter fingerprint",
+      "ted_train"};
   std::string config_path;
   std::vector<std::string> overrides;
   int steps = 0, tensor = 0, expert = 0, data = 0;
@@ -85,7 +89,8 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", config_path, "YAML config (see experiments/train/)")->required();
   app.add_option("--set", overrides, "override a key: section.key=value (repeatable)");
   app.add_option("--steps", steps, "optimizer steps (training.steps)");
-  app.add_option("--csv", csv_path, "CSV path (training.csv)");
+  app.add_option("--csv", csv_path,
+                 "CSV path (training.csv; default results/local/train/<config>.csv)");
   app.add_option("--tp", tensor, "tensor-parallel size T (parallel.tp)");
   app.add_option("--ep", expert, "expert-parallel size Ep (parallel.ep)");
   app.add_option("--dp", data, "data-parallel size D (parallel.dp; 0: ranks / (T * Ep))");
@@ -129,7 +134,7 @@ int main(int argc, char** argv) {
         }
         if (config.csv.empty())
           config.csv =
-              "results/train/" + std::filesystem::path(config_path).stem().string() + ".csv";
+              "results/local/train/" + std::filesystem::path(config_path).stem().string() + ".csv";
         try {
           ted::check_output_path(config.csv);
         } catch (const ted::ConfigError& e) {

@@ -8,6 +8,8 @@
 int main(int argc, char** argv) {
   return ted::experiments::experiment_main(
       argc, argv, "weak_scaling",
-      "Weak scaling: the base model grows with the ranks; TED vs DeepSpeed-MoE at each point",
+      "Weak scaling: measures time per iteration, tokens/s and GFLOP/s per rank as the base "
+      "model grows with the ranks (experts fixed), TED against DeepSpeed-MoE (T = 1) at each "
+      "point; one CSV row per point and system",
       ted::experiments::sweep_plan);
 }

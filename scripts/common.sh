@@ -23,8 +23,45 @@ ted_install_missing() {
     sudo=sudo
   fi
   echo "== installing ${missing[*]}"
-  $sudo apt-get update -qq &&
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # apt-get waits for the lock too (DPkg::Lock::Timeout), for a lock taken after our wait ends.
+  local wait=(-o "DPkg::Lock::Timeout=${TED_PACKAGE_LOCK_WAIT:-1800}")
+  ted_wait_for_package_lock &&
+    $sudo apt-get "${wait[@]}" update -qq &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get "${wait[@]}" install -y -qq \
+      --no-install-recommends "${missing[@]}"
+}
+
+# The first package lock of TED_PACKAGE_LOCKS held by a process (apt and dpkg take POSIX locks
+# on these files; /proc/locks lists every lock by device and inode), or nothing.
+TED_PACKAGE_LOCKS=${TED_PACKAGE_LOCKS:-/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock /var/cache/apt/archives/lock}
+ted_package_lock_held() {
+  local file inode
+  for file in $TED_PACKAGE_LOCKS; do
+    inode=$(stat -c %i "$file" 2>/dev/null) || continue
+    if awk -v inode="$inode" '{ for (i = 1; i <= NF; i++) if ($i ~ /^[0-9a-f]+:[0-9a-f]+:[0-9]+$/) {
+        n = split($i, id, ":"); if (id[n] == inode) found = 1 } } END { exit !found }' /proc/locks; then
+      echo "$file"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# A fresh machine often runs its own apt-get (unattended upgrades, cloud-init) when we start:
+# wait for it, saying so, instead of failing; give up after TED_PACKAGE_LOCK_WAIT seconds (1800).
+ted_wait_for_package_lock() {
+  local held waited=0 limit=${TED_PACKAGE_LOCK_WAIT:-1800}
+  while held=$(ted_package_lock_held); do
+    if [ "$waited" -ge "$limit" ]; then
+      echo "error: the package lock $held is still held after ${limit}s (another apt-get or dpkg); run again when it is done" >&2
+      return 2
+    fi
+    [ "$waited" = 0 ] &&
+      echo "== waiting for the package lock: $held is held by another apt-get or dpkg (up to ${limit}s)"
+    sleep 2
+    waited=$((waited + 2))
+  done
+  [ "$waited" = 0 ] || echo "== the package lock is free after ${waited}s"
 }
 
 ted_build() {

@@ -8,14 +8,14 @@ clipping, fp32 on the CPU (bf16/fp16 on GPUs by run.dtype), expert parallelism E
 parallelism as our `deepspeed-moe` system lays the point out (T = 1), with the same micro-batch,
 micro-batches, tokens per step and the very tokens (our synthetic source, ported).
 
-Experiments: one row per point, appended to results/<experiment>/deepspeed_<config>.csv
+Experiments: one row per point, appended to --csv (default results/local/<experiment>/deepspeed_<config>.csv)
 (--csv), as soon as it is measured: system deepspeed-<version>, time per iteration (median,
 p10, p90 of the slowest rank's, from a common barrier, after run.warmup), tokens/s, model
 FLOPs per rank by README's formula, the expert all-to-alls DeepSpeed made (calls, bytes sent
 per rank, their time), peak memory where PyTorch reports it (CUDA), final loss. Columns it
 cannot measure stay empty. ted_train configs: one row per step in ted_train's schema, written
 at the end (or at a non-finite loss, with the steps before it) to
-results/train/deepspeed_<config>.csv.
+results/local/train/deepspeed_<config>.csv.
 
 Launch with torchrun (baselines/deepspeed/launch.sh does it) or srun (slurm/*.sbatch beside
 this file): a point runs when its rank count is the launched one; the others are skipped with a
@@ -403,7 +403,7 @@ def main():
     parser.add_argument("--steps", type=int, help="ted_train configs: training.steps")
     parser.add_argument("--dtype", help="fp32, bf16 or fp16 (run.dtype)")
     parser.add_argument("--backend", help="cpu or cuda (run.backend)")
-    parser.add_argument("--csv", help="CSV (default results/<experiment>/deepspeed_<config>.csv)")
+    parser.add_argument("--csv", help="CSV (default results/local/<experiment>/deepspeed_<config>.csv, ignored by git)")
     parser.add_argument("--check", action="store_true", help="validate only, run nothing")
     parser.add_argument("--ranks", type=int, help="with --check: the rank count to check for")
     parser.add_argument("--list-ranks", action="store_true",
@@ -421,7 +421,7 @@ def main():
         stem = Path(args.config).stem
         train = not cfg["experiment"]
         args.csv = cfg["run"]["csv"] or (cfg["training"]["csv"] if train else "") or \
-            f"results/{cfg['experiment'] or 'train'}/deepspeed_{stem}.csv"
+            f"results/local/{cfg['experiment'] or 'train'}/deepspeed_{stem}.csv"
         columns = TRAIN_COLUMNS if train else EXPERIMENT_COLUMNS
         if not train:
             check_appendable(args.csv, columns)

@@ -2,7 +2,7 @@
 # The sbatch scripts and slurm/submit.sh against stand-ins, for what a real Slurm on this machine
 # cannot show (GPU nodes, large jobs): `sbatch` and `srun` on PATH that log their arguments, and
 # BUILD_DIR pointing at fake programs (apps/ted_*) that log theirs and, with --check, print the
-# needs line (backend cuda with FAKE_BACKEND=cuda or --backend nccl) or print one line and exit 2
+# needs line (backend cuda with FAKE_BACKEND=cuda or --comm nccl) or print one line and exit 2
 # (a config named bad.yaml, or TED_FAKE_FAIL=1). For each script:
 #   - it parses; its #SBATCH lines come before its first command, expand no variable, give the
 #     job name, time and a log under slurm/logs/ (ignored by git), and no shape: no nodes, tasks
@@ -50,7 +50,7 @@ if [ "${TED_FAKE_FAIL:-0}" = 1 ]; then
   exit 2
 fi
 backend=${FAKE_BACKEND:-cpu}
-case " $* " in *" --backend nccl "*) backend=cuda ;; esac
+case " $* " in *" --comm nccl "*) backend=cuda ;; esac
 echo "$(basename "$0"): fine (fake)"
 if [ "${*: -3:1}" = --check ]; then echo "needs: backend=$backend comm=mpi ranks=${*: -1}"; fi
 EOF
@@ -65,7 +65,7 @@ run() {
   for v in $(compgen -e); do
     case $v in
       SLURM_* | SBATCH_* | SRUN_* | TED_* | CONFIG | CLUSTER | CSV | CSV_DIR | SET | BUILD_DIR | \
-        BACKEND | TP | EP | OPS | MIN_BYTES | MAX_BYTES | WARMUP | ITERS | FAKE_BACKEND)
+        BACKEND | COMM | TP | EP | OPS | MIN_BYTES | MAX_BYTES | WARMUP | ITERS | FAKE_BACKEND)
         clean+=(-u "$v") ;;
     esac
   done
@@ -149,7 +149,7 @@ for script in "$dir"/*.sbatch; do
   [ "$rc" = 2 ] || fail "inside a job with a failing check: exit $rc, not 2: $out"
   ! grep -q '^srun ' "$log" || fail "inside a job with a failing check: srun ran"
   grep -q 'error: .*(fake)' <<<"$out" || fail "inside a job with a failing check: no program line"
-  gpu_job=("${job[@]}" FAKE_BACKEND=cuda BACKEND=nccl)
+  gpu_job=("${job[@]}" FAKE_BACKEND=cuda COMM=nccl)
   run "${gpu_job[@]}" SLURM_GPUS_ON_NODE=4 bash "$tmp/spool/slurm_script"
   [ "$rc" = 2 ] && grep -q "8 ranks on a node but 4 GPUs per node" <<<"$out" ||
     fail "a GPU job with 8 tasks on a node of 4 GPUs: exit $rc: $out"
@@ -168,7 +168,7 @@ for script in "$dir"/*.sbatch; do
     opts=($options)
     comm=mpi
     [ -n "$backend" ] && comm=nccl
-    run BUILD_DIR="$fake" FAKE_BACKEND="${backend:-cpu}" BACKEND=$comm bash "${submit[@]}" "${opts[@]}"
+    run BUILD_DIR="$fake" FAKE_BACKEND="${backend:-cpu}" COMM=$comm bash "${submit[@]}" "${opts[@]}"
     what="submit.sh ${opts[*]}${backend:+ (cuda)}"
     [ "$rc" = 0 ] || fail "$what: exit $rc: $out"
     [ -n "$(checks)" ] || fail "$what: no --check ran"
@@ -184,18 +184,18 @@ for script in "$dir"/*.sbatch; do
     "-n 8 --ntasks-per-node=8 --gpus-per-node=4|--ntasks-per-node=8 but 4 GPUs" \
     "-n 8 -G 4|8 ranks but 4 GPUs"; do
     # shellcheck disable=SC2086
-    run BUILD_DIR="$fake" BACKEND=mpi bash "${submit[@]}" ${case%%|*}
+    run BUILD_DIR="$fake" COMM=mpi bash "${submit[@]}" ${case%%|*}
     [ "$rc" = 2 ] && grep -q -- "${case#*|}" <<<"$out" && [ -z "$(sbatch_line)" ] ||
       fail "submit.sh ${case%%|*}: exit $rc, sbatch '$(sbatch_line)': $out"
   done
-  run BUILD_DIR="$fake" FAKE_BACKEND=cuda BACKEND=nccl bash "${submit[@]}" -n 8
+  run BUILD_DIR="$fake" FAKE_BACKEND=cuda COMM=nccl bash "${submit[@]}" -n 8
   [ "$rc" = 2 ] && grep -q "cannot tell the tasks per node" <<<"$out" && [ -z "$(sbatch_line)" ] ||
     fail "submit.sh -n 8 for a GPU job: exit $rc: $out"
-  run BUILD_DIR="$fake" BACKEND=mpi "$(fail_check)" bash "${submit[@]}" -N 4 --ntasks-per-node 8
+  run BUILD_DIR="$fake" COMM=mpi "$(fail_check)" bash "${submit[@]}" -N 4 --ntasks-per-node 8
   [ "$rc" = 2 ] || fail "submit.sh with a failing check: exit $rc, not 2: $out"
   [ -z "$(sbatch_line)" ] || fail "submit.sh with a failing check: sbatch was called"
   grep -q 'error: .*(fake)' <<<"$out" || fail "submit.sh with a failing check: no program line"
-  run BUILD_DIR="$fake" BACKEND=mpi bash "${submit[@]}" -n 4 --array=1-3
+  run BUILD_DIR="$fake" COMM=mpi bash "${submit[@]}" -n 4 --array=1-3
   [ "$rc" = 0 ] && [ "$(checks | wc -l)" -ge 3 ] || fail "submit.sh --array=1-3: exit $rc: $out"
 
   [ "$failures" = "$before" ] && echo "ok: $name" || echo "checked $name"
@@ -227,6 +227,11 @@ run "${job[@]}" OPS="all_reduce:tensor all_gather:tensor" SLURM_ARRAY_TASK_ID=2 
 [ "$rc" = 0 ] && [ "$(grep -c '^srun ' "$log")" = 1 ] &&
   grep -q "^srun .*--op all_gather --group tensor .*--csv cd/all_gather_tensor_nccl_G32.csv$" "$log" ||
   fail "collbench array task 2: $(grep '^srun ' "$log")"
+run "${job[@]}" BACKEND=mpi bash "$tmp/spool/slurm_script"
+[ "$rc" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "BACKEND=mpi: renamed; use COMM=mpi|nccl" <<<"$out" &&
+  ! grep -q '^srun ' "$log" || fail "collbench with the old BACKEND=: exit $rc: $out"
+run COMM=mpi BACKEND=mpi bash "$dir/submit.sh" "$dir/collbench.sbatch" -n 4
+[ "$rc" = 2 ] && [ -z "$(sbatch_line)" ] || fail "submit.sh collbench with the old BACKEND=: exit $rc: $out"
 [ "$failures" = 0 ] && echo "ok: $name"
 
 if [ -n "$build" ]; then

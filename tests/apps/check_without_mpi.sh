@@ -50,7 +50,7 @@ for experiment in ablation weak_scaling strong_scaling memory; do
     "$apps/ted_$experiment" -c "experiments/$experiment/cpu.yaml" --check --ranks 4
 done
 passes "ted_collbench --check" "$cpu4" \
-  "$apps/ted_collbench" --backend mpi --op all_to_all --group expert --tp 2 --ep 2 --check --ranks 4
+  "$apps/ted_collbench" --comm mpi --op all_to_all --group expert --tp 2 --ep 2 --check --ranks 4
 passes "ted_train --check" "needs: backend=cpu comm=mpi ranks=2" \
   "$apps/ted_train" -c experiments/train/tiny-cpu.yaml --check --ranks 2
 LD_PRELOAD=$forbidden "$apps/ted_project" experiment -c experiments/ablation/paper.yaml --check \
@@ -67,13 +67,13 @@ gpu=(--set run.backend=cuda --set run.comm=nccl --check --ranks 4)
 if [ "$cuda" = ON ] && [ "$nccl" = ON ]; then
   passes "a cuda/nccl config" "needs: backend=cuda comm=nccl ranks=4" \
     "$apps/ted_ablation" -c experiments/ablation/cpu.yaml "${gpu[@]}"
-  passes "ted_collbench --backend nccl" "needs: backend=cuda comm=nccl ranks=4" \
-    "$apps/ted_collbench" --backend nccl --check --ranks 4
+  passes "ted_collbench --comm nccl" "needs: backend=cuda comm=nccl ranks=4" \
+    "$apps/ted_collbench" --comm nccl --check --ranks 4
 elif [ "$cuda" = OFF ]; then
   refused "a cuda config on a build without CUDA" "this build has no CUDA backend" \
     "$apps/ted_ablation" -c experiments/ablation/cpu.yaml "${gpu[@]}"
-  refused "ted_collbench --backend nccl without CUDA" "this build has no CUDA backend" \
-    "$apps/ted_collbench" --backend nccl --check --ranks 4
+  refused "ted_collbench --comm nccl without CUDA" "this build has no CUDA backend" \
+    "$apps/ted_collbench" --comm nccl --check --ranks 4
 else
   refused "an nccl config on a build without NCCL" "this build has no NCCL backend" \
     "$apps/ted_ablation" -c experiments/ablation/cpu.yaml "${gpu[@]}"

@@ -27,8 +27,12 @@ bad_input "unknown data type" ted_collbench run 2 -d float8
 bad_input "step factor below 2" ted_collbench run 2 -f 1
 bad_input "negative iterations" ted_collbench run 2 -n -1
 bad_input "broadcast root outside the group" ted_collbench run 4 --op broadcast --group tensor --tp 2 --root 2
-bad_input "plain-MPI comparison on NCCL" ted_collbench run 2 --backend nccl --compare-mpi
-bad_input "unknown backend" ted_collbench run 2 --backend gloo
+bad_input "plain-MPI comparison on NCCL" ted_collbench run 2 --comm nccl --compare-mpi
+bad_input "unknown communicator" ted_collbench run 2 --comm gloo
+# The old spelling of --comm: refused, pointing to the new one.
+bad_input "the old spelling --backend" ted_collbench run 2 --backend mpi
+grep -q -- "renamed; use --comm mpi|nccl" "$scratch/err" ||
+  fail "the old spelling --backend: no pointer to --comm: $(cat "$scratch/err")"
 
 # A good run: exit 0, a CSV with a header and one row per size, no wrong elements, and the
 # ledger's bytes per call equal to the formula (all_to_all on 4 ranks: send = recv = bytes).

@@ -246,7 +246,7 @@ set_args() {  # <SET words>: as launch.sh passes them
   for word in $1; do printf -- '--set\n%s\n' "$word"; done
 }
 experiments=(ablation weak_scaling strong_scaling memory)
-coll_env=(BACKEND=mpi TP=2 EP=2 MIN_BYTES=1K MAX_BYTES=64K WARMUP=0 ITERS=0)
+coll_env=(COMM=mpi TP=2 EP=2 MIN_BYTES=1K MAX_BYTES=64K WARMUP=0 ITERS=0)
 coll_ops=(all_to_all:expert all_gather:tensor all_reduce:tensor reduce_scatter:nonexpert_data)
 for script in slurm/*.sbatch; do
   name=$(basename "$script" .sbatch)
@@ -316,7 +316,7 @@ for layout in t2 e2; do
 done
 mpirun_ref 2 2 "$tmp/ref/ablation_t2_c2.csv" ted_ablation -c "$tmp/ablation_t2.yaml" "${extra[@]}"
 for entry in "${coll_ops[@]}"; do
-  mpirun_ref 4 1 "$tmp/ref/coll_${entry%%:*}.csv" ted_collbench --backend mpi --op "${entry%%:*}" \
+  mpirun_ref 4 1 "$tmp/ref/coll_${entry%%:*}.csv" ted_collbench --comm mpi --op "${entry%%:*}" \
     --group "${entry##*:}" --tp 2 --ep 2 -b 1K -e 64K -f 2 -w 0 -n 0
 done
 echo "== mpirun references after $((SECONDS - started)) s"

@@ -745,7 +745,8 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
       ->required();
   app.add_option("--set", overrides, "override a key: section.key=value (repeatable)");
   app.add_option("--iters", iters, "timed iterations (run.iters; 0: one untimed step)");
-  app.add_option("--csv", csv, "CSV to append to (run.csv)");
+  app.add_option("--csv", csv,
+                 "CSV to append to (run.csv; default results/local/<experiment>/<config>.csv)");
   app.add_option("--backend", backend, "cpu or cuda (run.backend)");
   app.add_option("--dtype", dtype, "fp32, bf16 or fp16 (run.dtype; 16-bit: fp32 masters)");
   app.add_option("--comm", comm, "mpi or nccl: what carries device buffers (run.comm)");
@@ -765,7 +766,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         if (app.count("--comm")) overrides.push_back("run.comm=" + comm);
         ExperimentConfig config = load_config(config_path, overrides, experiment);
         if (config.csv.empty())
-          config.csv = "results/" + experiment + "/" +
+          config.csv = "results/local/" + experiment + "/" +
                        std::filesystem::path(config_path).stem().string() + ".csv";
         const std::string where = config_path + (overrides.empty() ? "" : " with --set");
         const bool rank0 = mpi.world_rank() == 0;

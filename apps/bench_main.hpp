@@ -1,0 +1,50 @@
+// main() of the Google Benchmark programs in apps/: --help says what the program measures, then
+// lists Google Benchmark's own flags. asks_for_help lets a program answer --help before it
+// looks for hardware it needs (bench_moe_block_cuda without a GPU).
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace ted::bench {
+
+inline const char*& program_description() {
+  static const char* text = "";
+  return text;
+}
+
+inline void print_help() {
+  std::printf("%s\n\nGoogle Benchmark's flags:\n", program_description());
+  benchmark::PrintDefaultHelp();
+}
+
+inline bool asks_for_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+  return false;
+}
+
+// Google Benchmark's Initialize with the description in its help (it prints and exits 0 on
+// --help). -h is taken as --help too.
+inline void initialize(int* argc, char** argv, const char* description) {
+  program_description() = description;
+  if (asks_for_help(*argc, argv)) {
+    print_help();
+    std::exit(0);
+  }
+  benchmark::Initialize(argc, argv, &print_help);
+}
+
+// BENCHMARK_MAIN() with the description.
+inline int benchmark_main(int argc, char** argv, const char* description) {
+  initialize(&argc, argv, description);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace ted::bench
