@@ -6,10 +6,13 @@
 //       the experiment's points projected: the experiments' CSV columns, backend
 //       "projected:<cluster>", plus <csv>.assumptions.txt
 //   ted_project search -c experiments/ablation/paper.yaml --cluster ... --gpus 128
-//       every layout and switch set, fitting ones first, fastest first
+//       every layout and switch set at the config's global batch, fitting ones first, fastest
+//       first; the --top rows printed and written in the experiment's columns (the same row as
+//       `experiment` gives on that layout)
 //   ted_project validate -c experiments/ablation/cpu.yaml --cluster experiments/clusters/cpu.yaml \
-//       --measured results/ablation/cpu.csv
-//       predicted against measured time per iteration, the error of every point
+//       --measured results/ablation/cpu.csv [--run RUN_ID]
+//       predicted against measured time per iteration, the error of every point: the latest
+//       row of each point, or the rows of one run
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -117,12 +120,6 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
   ted::write_file_atomic(csv + ".assumptions.txt", text);
 }
 
-ted::CsvTable search_table() {
-  return ted::CsvTable({"rank", "system", "G", "T", "Ep", "D", "time_ms", "compute_ms", "comm_ms",
-                        "peak_bytes", "memory_bytes", "fits", "cluster", "git_revision",
-                        "command"});
-}
-
 ted::CsvTable validation_table() {
   return ted::CsvTable({"experiment", "system", "G", "T", "Ep", "D", "model", "measured_ms",
                         "predicted_ms", "predicted_compute_ms", "predicted_comm_ms",
@@ -155,6 +152,68 @@ std::vector<std::map<std::string, std::string>> measured_rows(const std::string&
   return rows;
 }
 
+// The rows validate compares: with `run` given, the timed rows of that run id; else the latest
+// timed row of each point (a CSV that several runs appended to holds a row per run and point).
+// `said`: a line saying what it took.
+std::vector<std::map<std::string, std::string>> rows_to_validate(
+    const std::vector<std::map<std::string, std::string>>& rows, const std::string& run,
+    const std::string& path, std::string* said) {
+  auto field = [](const std::map<std::string, std::string>& row, const char* column) {
+    auto it = row.find(column);
+    return it == row.end() ? std::string() : it->second;
+  };
+  std::vector<std::string> runs;  // in order of first appearance
+  std::vector<const std::map<std::string, std::string>*> timed;
+  for (const auto& row : rows) {
+    if (std::stod(row.at("time_ms_median")) <= 0) continue;  // correctness-only rows
+    timed.push_back(&row);
+    const std::string id = field(row, "run_id");
+    if (std::find(runs.begin(), runs.end(), id) == runs.end()) runs.push_back(id);
+  }
+  if (timed.empty()) throw ted::ConfigError(path + ": no timed rows to validate against");
+  std::vector<std::map<std::string, std::string>> chosen;
+  if (!run.empty()) {
+    if (rows.empty() || !rows.front().count("run_id"))
+      throw ted::ConfigError(path + " has no column 'run_id' (written before runs had ids): " +
+                             "leave --run out to take the latest row of each point");
+    for (const auto* row : timed)
+      if (field(*row, "run_id") == run) chosen.push_back(*row);
+    if (chosen.empty()) {
+      std::string known;
+      for (const auto& id : runs) known += (known.empty() ? "" : ", ") + id;
+      throw ted::ConfigError(path + ": no timed row of run '" + run +
+                             "' (its runs: " + (known.empty() ? "none" : known) + ")");
+    }
+    *said = path + ": " + std::to_string(rows.size()) + " rows, " + std::to_string(timed.size()) +
+            " timed, " + std::to_string(runs.size()) + " runs; using run " + run + ": " +
+            std::to_string(chosen.size()) + " rows";
+    return chosen;
+  }
+  // A point: what the prediction depends on, and what names it.
+  const char* key_columns[] = {
+      "experiment",    "system",     "G",      "T",      "Ep",      "D",
+      "model",         "layers",     "hidden", "heads",  "experts", "micro_batch",
+      "micro_batches", "checkpoint", "dtype",  "backend"};
+  std::vector<std::string> keys;
+  for (const auto* row : timed) {
+    std::string key;
+    for (const char* column : key_columns) key += field(*row, column) + ",";
+    auto at = std::find(keys.begin(), keys.end(), key);
+    if (at == keys.end()) {
+      keys.push_back(key);
+      chosen.push_back(*row);
+    } else {
+      chosen[static_cast<std::size_t>(at - keys.begin())] = *row;  // a later run's row
+    }
+  }
+  *said = path + ": " + std::to_string(rows.size()) + " rows, " + std::to_string(timed.size()) +
+          " timed, " + std::to_string(runs.size()) + " runs; using the latest row of each of " +
+          std::to_string(chosen.size()) + " points (" +
+          std::to_string(timed.size() - chosen.size()) +
+          " older rows left out; --run ID takes one run)";
+  return chosen;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,9 +234,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string config_path, cluster_path, csv, measured;
+  std::string config_path, cluster_path, csv, measured, run;
   std::vector<std::string> overrides;
-  int gpus = 0, top = 20;
+  int gpus = 0, top = 20, global_batch = 0;
   ted::CheckMode check;
   auto* experiment = app.add_subcommand("experiment", "project an experiment's points");
   auto* search = app.add_subcommand("search", "rank the layouts of a model on a cluster");
@@ -193,10 +252,18 @@ int main(int argc, char** argv) {
   search->add_option("--gpus", gpus, "devices to lay the model out on")
       ->required()
       ->check(CLI::Range(1, 1 << 24));
-  search->add_option("--top", top, "rows to print")
+  search
+      ->add_option("--global-batch", global_batch,
+                   "sequences per step of every layout (default: data.global_batch, else the "
+                   "config's layout's data.micro_batches x micro_batch x ep x dp)")
+      ->check(CLI::Range(1, 1 << 30));
+  search->add_option("--top", top, "rows to print and write")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
   validate->add_option("--measured", measured, "the experiment's measured CSV")->required();
+  validate->add_option("--run", run,
+                       "compare the rows of this run id (column run_id; default: the latest row "
+                       "of each point)");
 
   return ted::run_app(argc, argv, app, [&](ted::MpiSession& mpi) {
     ex::ExperimentConfig config = ex::load_config(config_path, overrides, "");
@@ -208,10 +275,11 @@ int main(int argc, char** argv) {
     const std::string where = config_path + (overrides.empty() ? "" : " with --set");
     const std::string command = ted::command_line(argc, argv);
     if (mpi.world_rank() != 0) return 0;  // nothing to share: one process does it all
-    std::vector<std::map<std::string, std::string>> measured_table;
+    std::vector<std::map<std::string, std::string>> measured_table;  // the rows validate takes
+    std::string measured_said;
     if (*validate) {  // the input first, then where the output goes
       ted::check_readable_file(measured, "--measured CSV");
-      measured_table = measured_rows(measured);
+      measured_table = rows_to_validate(measured_rows(measured), run, measured, &measured_said);
     }
     // Where the rows will go, before anything is projected: an unusable path is bad input.
     if (csv.empty() && *experiment)
@@ -220,10 +288,7 @@ int main(int argc, char** argv) {
     if (csv.empty() && *validate)
       csv = "results/local/projection/validation_" + cluster.name + ".csv";
     if (!csv.empty())
-      ted::check_csv_appendable(*experiment ? ex::result_table()
-                                : *search   ? search_table()
-                                            : validation_table(),
-                                csv);
+      ted::check_csv_appendable(*validate ? validation_table() : ex::result_table(), csv);
     if (check.enabled) {
       std::printf("ted_project: check passed: %s on cluster %s\n", where.c_str(),
                   cluster.name.c_str());
@@ -255,41 +320,45 @@ int main(int argc, char** argv) {
     }
 
     if (*search) {
-      auto candidates = pj::search(config, gpus, cluster);
+      // Every layout processes the same sequences per step, or their times do not compare.
+      if (global_batch == 0) global_batch = config.global_batch;
+      if (global_batch == 0 && config.ep > 0 && config.dp > 0)
+        global_batch =
+            config.train.data.micro_batches * config.train.data.micro_batch * config.ep * config.dp;
+      if (global_batch == 0)
+        throw ted::ConfigError(where +
+                               ": the search compares layouts at one global batch: give "
+                               "--global-batch, data.global_batch, or layout.ep and layout.dp");
+      int left_out = 0;
+      auto candidates = pj::search(config, gpus, cluster, global_batch, &left_out);
       if (candidates.empty())
         throw ted::ConfigError(where + ": no layout of " + std::to_string(gpus) +
-                               " GPUs splits this model (T must divide the heads, Ep the "
-                               "experts); nothing written");
-      std::printf("# %s on %d x %s (%s), %s: %zu candidates, fitting first, fastest first\n",
-                  config.train.model.gate.experts > 0 ? config_path.c_str() : "", gpus,
-                  cluster.device.c_str(), cluster.name.c_str(), config.train.run.dtype.c_str(),
-                  candidates.size());
-      std::printf("%4s %-18s %3s %3s %4s %10s %10s %10s %10s %5s\n", "rank", "system", "T", "Ep",
-                  "D", "ms/iter", "compute", "comm", "peak GB", "fits");
-      ted::CsvTable table = search_table();
-      for (std::size_t i = 0; i < candidates.size(); ++i) {
+                               " GPUs splits this model at a global batch of " +
+                               std::to_string(global_batch) +
+                               " (T must divide the heads, Ep the experts, micro_batch x Ep x D "
+                               "the global batch); nothing written");
+      std::printf(
+          "# %s on %d x %s (%s), %s, %d sequences per step: %zu candidates (%d layouts left "
+          "out: their data-parallel ranks do not divide the global batch), fitting first, "
+          "fastest first\n",
+          config_path.c_str(), gpus, cluster.device.c_str(), cluster.name.c_str(),
+          config.train.run.dtype.c_str(), global_batch, candidates.size(), left_out);
+      std::printf("%4s %-18s %3s %3s %4s %6s %10s %10s %10s %10s %5s\n", "rank", "system", "T",
+                  "Ep", "D", "micro", "ms/iter", "compute", "comm", "peak GB", "fits");
+      ted::CsvTable table = ex::result_table();
+      ex::ExperimentConfig labelled = config;
+      labelled.backend = "projected:" + cluster.name;
+      labelled.iters = 0;
+      labelled.warmup = 0;
+      // The --top rows, printed and written: the CSV stays small.
+      for (std::size_t i = 0; i < candidates.size() && static_cast<int>(i) < top; ++i) {
         const auto& c = candidates[i];
-        if (static_cast<int>(i) < top)
-          std::printf("%4zu %-18s %3d %3d %4d %10.1f %10.1f %10.1f %10.2f %5s\n", i + 1,
-                      c.point.system.name.c_str(), c.point.layout.tensor, c.point.layout.expert,
-                      c.point.layout.data, c.time.total() * 1e3, c.time.compute * 1e3,
-                      c.time.communication * 1e3, c.peak / 1e9, c.fits ? "yes" : "no");
-        table.row()
-            .add(static_cast<int>(i + 1))
-            .add(c.point.system.name)
-            .add(gpus)
-            .add(c.point.layout.tensor)
-            .add(c.point.layout.expert)
-            .add(c.point.layout.data)
-            .add(c.time.total() * 1e3)
-            .add(c.time.compute * 1e3)
-            .add(c.time.communication * 1e3)
-            .add(static_cast<unsigned long long>(c.peak))
-            .add(cluster.memory_bytes)
-            .add(int(c.fits))
-            .add(cluster.name)
-            .add(ted::git_revision())
-            .add(command);
+        std::printf("%4zu %-18s %3d %3d %4d %6d %10.1f %10.1f %10.1f %10.2f %5s\n", i + 1,
+                    c.point.system.name.c_str(), c.point.layout.tensor, c.point.layout.expert,
+                    c.point.layout.data, c.point.train.data.micro_batches, c.time.total() * 1e3,
+                    c.time.compute * 1e3, c.time.communication * 1e3, c.peak / 1e9,
+                    c.fits ? "yes" : "no");
+        ex::add_result(table, labelled, c.point, c.result, command);  // in rank order
       }
       if (!csv.empty()) {
         ted::append_csv(table, csv);
@@ -302,8 +371,8 @@ int main(int argc, char** argv) {
     // validate
     ted::CsvTable table = validation_table();
     std::vector<double> errors;
+    std::printf("# %s\n", measured_said.c_str());
     for (const auto& row : measured_table) {
-      if (std::stod(row.at("time_ms_median")) <= 0) continue;  // correctness-only rows
       ted::train::TrainConfig train = config.train;
       train.model.hidden = std::stoi(row.at("hidden"));
       train.model.heads = std::stoi(row.at("heads"));
@@ -340,7 +409,6 @@ int main(int argc, char** argv) {
           .add(ted::git_revision())
           .add(command);
     }
-    if (errors.empty()) throw ted::ConfigError(measured + ": no timed rows to validate against");
     ex::append_rows(table, csv);
     std::printf("# median |error| %.1f%% over %zu points; CSV: %s\n",
                 ted::percentile(errors, 50) * 100, errors.size(), csv.c_str());

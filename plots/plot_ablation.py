@@ -3,15 +3,21 @@
 communication (median; whiskers p10-p90 of the total), and what the ledger says each moved:
 all-to-all bytes per rank per iteration and the number of all-to-alls. Rows of the DeepSpeed
 baseline (baselines/deepspeed, another CSV) stand beside ours: their total is one hatched bar
-(DeepSpeed's time is not split), their all-to-alls are what its MoE layer sent.
+(DeepSpeed's time is not split), their all-to-alls are what its MoE layer sent. A CSV that
+several runs appended to is drawn from the latest row of each point (the title says so), or
+from one run with --run ID (column run_id). Where the ranks shared CPU cores (column
+ranks_per_core above 1), the title says how many per core and the communication part is named
+for what it then holds: waiting for ranks the OS has not scheduled as well as transfers.
 
     /usr/bin/python3 plots/plot_ablation.py results/ablation/cpu.csv plots/ablation_cpu.png
     /usr/bin/python3 plots/plot_ablation.py results/ablation/cpu.csv \
         results/ablation/deepspeed_cpu.csv plots/ablation_cpu.png
+    /usr/bin/python3 plots/plot_ablation.py --run RUN_ID results/ablation/cpu.csv plots/ablation_cpu.png
 """
 import sys
 
-from plotlib import is_baseline, latest, mib, read_rows, run  # first: selects the Agg backend
+from plotlib import (is_baseline, latest, mib, oversubscribed_note, read_rows,  # first: Agg
+                     readable_count, run, selection_note)
 
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -35,7 +41,10 @@ def draw(inputs):
                                           gridspec_kw={"width_ratios": [3, 2]})
     x = range(len(rows))
     times.bar(x, compute, label="computation", color="#4c72b0")
-    times.bar(x, comm, bottom=compute, label="communication (collectives)", color="#dd8452")
+    oversubscribed = oversubscribed_note(rows)
+    times.bar(x, comm, bottom=compute, color="#dd8452",
+              label="communication (collectives)" if not oversubscribed else
+              "in collectives: transfers and waiting\nfor ranks not scheduled (oversubscribed)")
     if not all(split):
         times.bar(x, [0 if s else t for s, t in zip(split, total)], color="#8c8c8c",
                   hatch="//", edgecolor="white", label="DeepSpeed: total (not split)")
@@ -48,7 +57,9 @@ def draw(inputs):
     times.set_xticks(list(x))
     times.set_xticklabels(names, rotation=20, ha="right", fontsize=9)
     times.set_ylabel("time per iteration (ms, median)")
-    times.legend(fontsize=8)
+    # Room above the tallest whisker for the legend, so that it covers no bar.
+    times.set_ylim(0, max(t + h for t, h in zip(total, high)) * 1.5)
+    times.legend(fontsize=8, loc="upper left", ncol=2)
     times.grid(True, axis="y", alpha=0.3)
 
     a2a = [mib(r["all_to_all_bytes"] or 0) for r in rows]
@@ -60,10 +71,11 @@ def draw(inputs):
     moved.set_xticklabels(names, rotation=20, ha="right", fontsize=9)
     moved.set_ylabel("all-to-all bytes sent per rank per iteration (MiB)")
     moved.grid(True, axis="y", alpha=0.3)
-    figure.suptitle(f"Ablation: {first['model']} ({first['parameters']} parameters), "
-                    f"G={first['G']} T={first['T']} Ep={first['Ep']} D={first['D']}, "
-                    f"{first['backend']} {first['dtype']}, revision {first['git_revision']}",
-                    fontsize=10)
+    title = (f"Ablation: {first['model']} ({readable_count(first['parameters'])} parameters), "
+             f"G={first['G']} T={first['T']} Ep={first['Ep']} D={first['D']}, "
+             f"{first['backend']} {first['dtype']}, revision {first['git_revision']}")
+    notes = [n for n in (oversubscribed, selection_note()) if n]
+    figure.suptitle("\n".join([title] + notes), fontsize=10 if not notes else 9)
     return figure
 
 

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""Weak or strong scaling: time per iteration and TFLOP/s per rank against the rank count, one
-line per system, with the ideal (weak: flat time and rate; strong: time falling as 1/G, flat
-rate), from the first point of each system. Rows of the DeepSpeed baseline (baselines/deepspeed,
-another CSV) are drawn dashed beside ours; their rate counts model FLOPs (README's formula), ours
-the GEMMs run.
+"""Weak or strong scaling: time per iteration and GFLOP/s per rank (the CSV's tflops_per_rank
+x 1000) against the rank count, one line per system, with the ideal: the first point's rate held
+at every point, so the ideal time follows each point's work per rank (GFLOP per rank per step,
+rate x time; weak scaling grows the model faster than the ranks, strong scaling splits it).
+Rows of the DeepSpeed baseline (baselines/deepspeed, another CSV) are drawn dashed beside ours;
+their rate counts model FLOPs (README's formula), ours the GEMMs run. Several runs in a CSV:
+the latest row of each point (the title says so), or --run ID.
 
     /usr/bin/python3 plots/plot_scaling.py results/weak_scaling/cpu.csv plots/weak_scaling_cpu.png
     /usr/bin/python3 plots/plot_scaling.py results/weak_scaling/cpu.csv \
@@ -11,7 +13,8 @@ the GEMMs run.
 """
 import sys
 
-from plotlib import is_baseline, latest, read_rows, run  # first: selects the Agg backend
+from plotlib import (is_baseline, latest, oversubscribed_note, read_rows, run,  # first: Agg
+                     selection_note)
 
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -29,12 +32,14 @@ def draw(inputs):
             continue
         ranks = [int(r["G"]) for r in points]
         time = [float(r["time_ms_median"]) for r in points]
-        rate = [float(r["tflops_per_rank"]) * 1e3 for r in points]
+        rate = [float(r["tflops_per_rank"]) * 1e3 for r in points]  # GFLOP/s
+        work = [g * t * 1e-3 for g, t in zip(rate, time)]  # GFLOP per rank per step
         style, name = ("s--", f"{system} (model FLOPs)") if is_baseline(points[0]) else ("o-", system)
         line, = times.plot(ranks, time, style, label=system)
         rates.plot(ranks, rate, style, color=line.get_color(), label=name)
-        ideal_time = [time[0]] * len(ranks) if weak else [time[0] * ranks[0] / g for g in ranks]
-        times.plot(ranks, ideal_time, ":", color=line.get_color(), label=f"{system}, ideal")
+        ideal_time = [time[0] * w / work[0] for w in work]  # the first point's rate
+        times.plot(ranks, ideal_time, ":", color=line.get_color(),
+                   label=f"{system}, ideal (work per rank x{work[-1] / work[0]:.2g})")
         rates.plot(ranks, [rate[0]] * len(ranks), ":", color=line.get_color(),
                    label=f"{system}, ideal")
     labels = {int(r["G"]): r["model"] for r in rows}
@@ -47,11 +52,12 @@ def draw(inputs):
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=8)
     times.set_ylabel("time per iteration (ms, median)")
-    rates.set_ylabel("GFLOP/s per rank (GEMMs)")
+    rates.set_ylabel("GFLOP/s per rank (GEMMs; tflops_per_rank x 1000)")
     first = next((r for r in rows if not is_baseline(r)), rows[0])
     what = "Weak scaling" if weak else f"Strong scaling of {first['model']}"
-    figure.suptitle(f"{what}, {first['backend']} {first['dtype']}, "
-                    f"revision {first['git_revision']}", fontsize=10)
+    notes = [n for n in (oversubscribed_note(rows), selection_note()) if n]
+    figure.suptitle("\n".join([f"{what}, {first['backend']} {first['dtype']}, "
+                               f"revision {first['git_revision']}"] + notes), fontsize=10)
     return figure
 
 

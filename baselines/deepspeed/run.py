@@ -48,7 +48,7 @@ EXPERIMENT_COLUMNS = (
     "peak_parameters_bytes,peak_gradients_bytes,peak_optimizer_state_bytes,peak_activations_bytes,"
     "peak_communication_bytes,peak_cac_stash_bytes,peak_optimizer_temporaries_bytes,"
     "peak_total_bytes,budget_bytes,fits,status,final_loss,git_revision,command,threads,"
-    "slurm_job").split(",")
+    "slurm_job,ranks_per_core,run_id").split(",")
 _LEDGER = [f"{op}_{group}_bytes" for op in ("all_reduce", "all_gather", "reduce_scatter",
                                             "all_to_all")
            for group in ("tensor", "expert", "expert_data", "nonexpert_data")]
@@ -130,6 +130,10 @@ def slurm_job():
     if "SLURM_ARRAY_JOB_ID" in env:
         return f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '')}"
     return env.get("SLURM_JOB_ID", "")
+
+
+# The run id of this process's rows, as ted's experiments write it: UTC start time and pid.
+RUN_ID = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
 
 
 def learning_rate(o, step, total_steps):
@@ -337,7 +341,8 @@ def run_experiment_point(point, cfg, args, command, revision):
            "warmup": warmup, "iters": iters, "all_to_all_calls": run.a2a.calls,
            "all_to_all_bytes": run.a2a.bytes, "peak_total_bytes": run.peak_bytes(),
            "status": "measured", "final_loss": loss, "git_revision": revision,
-           "command": command, "threads": run.torch.get_num_threads(), "slurm_job": slurm_job()}
+           "command": command, "threads": run.torch.get_num_threads(), "slurm_job": slurm_job(),
+           "run_id": RUN_ID}
     row.update(run.describe())
     if times:
         median = percentile(times, 50)

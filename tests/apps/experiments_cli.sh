@@ -5,7 +5,7 @@
 # ranks idle, --point beyond the plan) gives one line naming the file and key, exit 2 and no
 # CSV; --point K runs only point K; the paper YAMLs as they are stop with one line on a machine
 # without a GPU, and stay valid (on the CPU backend every point needs more ranks than launched:
-# one line naming them, exit 2).
+# one line naming them, exit 2); two timed steps whose time columns add up.
 #   experiments_cli.sh <build/apps> <repository root> <scratch dir> <mpirun>
 set -u
 apps=$1
@@ -86,5 +86,33 @@ PY
   echo "ok: a bf16 ablation point on 4 CPU ranks, its row names backend, dtype, comm and device"
 else
   fail "bf16 ablation: $(cat "$scratch/bf16.out")"
+fi
+# Two timed steps of two systems: the time columns add up (compute + comm = the median; the four
+# kinds + other_ms = the median; other_ms - compute_ms = comm_ms - the kinds), every row names
+# the ranks per core of this launch and one run id, and an oversubscribed launch says so.
+if ranks 4 ted_ablation -c "$ablation" --set systems=ted-baseline,ted --set run.warmup=0 \
+  --iters 2 --csv "$scratch/timed.csv" >"$scratch/timed.out" 2>&1 &&
+  /usr/bin/python3 - "$scratch/timed.csv" "$scratch/timed.out" <<'PY'; then
+import csv, os, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+out = open(sys.argv[2]).read()
+assert len(rows) == 2, rows
+assert len({r["run_id"] for r in rows}) == 1 and rows[0]["run_id"], [r["run_id"] for r in rows]
+per_core = 4 / len(os.sched_getaffinity(0))  # all 4 ranks run on this node
+for r in rows:
+    f = {k: float(r[k]) for k in ("time_ms_median", "compute_ms", "comm_ms", "all_reduce_ms",
+                                  "all_to_all_ms", "all_gather_ms", "reduce_scatter_ms", "other_ms")}
+    kinds = f["all_reduce_ms"] + f["all_to_all_ms"] + f["all_gather_ms"] + f["reduce_scatter_ms"]
+    eps = 1e-6 * f["time_ms_median"]
+    assert f["time_ms_median"] > 0 and f["comm_ms"] > 0, r
+    assert abs(f["compute_ms"] + f["comm_ms"] - f["time_ms_median"]) < eps, f
+    assert abs(kinds + f["other_ms"] - f["time_ms_median"]) < eps, f
+    assert kinds <= f["comm_ms"] + eps and f["other_ms"] >= f["compute_ms"] - eps, f
+    assert abs(float(r["ranks_per_core"]) - per_core) < 1e-9, (r["ranks_per_core"], per_core)
+assert (per_core > 1) == ("ranks per core (oversubscribed)" in out), out
+PY
+  echo "ok: timed ablation rows: time columns add up, ranks per core and run id recorded"
+else
+  fail "timed ablation: $(cat "$scratch/timed.out")"
 fi
 finish

@@ -138,7 +138,7 @@ for i in 1 2; do
     --measured "$root/results/ablation/cpu.csv" --csv "$scratch/validate.csv" >/dev/null || fail "validate run $i"
 done
 search_rows=$(rows "$scratch/search.csv")
-[ "$search_rows" -gt 0 ] && [ $((search_rows % 2)) = 0 ] && [ "$(grep -c '^rank,' "$scratch/search.csv")" = 1 ] ||
+[ "$search_rows" -gt 0 ] && [ $((search_rows % 2)) = 0 ] && [ "$(grep -c '^experiment,system,' "$scratch/search.csv")" = 1 ] ||
   fail "search twice: $search_rows rows"
 [ "$(rows "$scratch/validate.csv")" = 10 ] || fail "validate twice: $(rows "$scratch/validate.csv") rows, expected 10"
 echo "ok: search and validate append"

@@ -4,8 +4,8 @@
     slurm_rows.py same <reference.csv> <job CSV> <job id> [row=<K>] [<column>=<value> ...]
         the job CSV's rows whose slurm_job is <job id> equal the reference's rows (only its
         K-th with row=K) in number, order and every deterministic column (everything but times,
-        rates, the command, the thread count and the job id); the <column>=<value> pairs must
-        hold in each of them
+        rates, the command, the thread count, the job and run ids and the ranks per core); the
+        <column>=<value> pairs must hold in each of them
     slurm_rows.py whole <CSV> <least> <most>
         the file is whole rows only (each with the header's field count), between <least> and
         <most> of them; prints the count
@@ -23,7 +23,7 @@ VOLATILE = {
     "all_to_all_ms", "all_gather_ms", "reduce_scatter_ms", "other_ms", "pct_of_peak",
     "tokens_per_s", "tflops_per_rank", "time_us_median", "time_us_p10", "time_us_p90",
     "algbw_GBps", "busbw_GBps", "mpi_time_us_median", "mpi_busbw_GBps", "busbw_ratio_vs_mpi",
-    "command", "threads", "slurm_job",
+    "command", "threads", "slurm_job", "run_id", "ranks_per_core",
 }
 
 

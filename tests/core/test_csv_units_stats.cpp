@@ -95,15 +95,43 @@ TEST_CASE("two jobs appending to one CSV at once lose no row") {
 
 TEST_CASE("an experiment's compute time is never negative") {
   ted::experiments::Result r;
-  // The slowest rank's collectives and the slowest step are measured apart: their medians
-  // need not nest (here the collective median exceeds the step median).
-  ted::experiments::split_time({10.0, 11.0, 12.0}, {9.0, 11.5, 12.0}, &r);
+  const std::vector<double> none[4] = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+  // Inputs that break the measurement's nesting (a rank's collectives inside its step): the
+  // median iteration's collectives exceed the median time, and are clamped to it.
+  ted::experiments::split_time({10.0, 11.0, 12.0}, {9.0, 11.5, 12.0}, none, &r);
   CHECK(r.time_ms.median == Approx(11.0));
   CHECK(r.comm_ms == Approx(11.0));
   CHECK(r.compute_ms == Approx(0.0));
-  ted::experiments::split_time({10.0, 11.0, 12.0}, {1.0, 2.0, 3.0}, &r);
+  ted::experiments::split_time({10.0, 11.0, 12.0}, {1.0, 2.0, 3.0}, none, &r);
   CHECK(r.comm_ms == Approx(2.0));
   CHECK(r.compute_ms == Approx(9.0));
+}
+
+TEST_CASE("an experiment's time columns add up: compute + comm, kinds + other") {
+  ted::experiments::Result r;
+  // Four iterations (an even count: the median time is interpolated, 11.5): the kinds and the
+  // collective time come from the lower middle iteration by time (11 ms, the second here), so
+  // they are one rank's parts of one step (medians taken kind by kind would mix iterations).
+  const std::vector<double> times = {12.0, 11.0, 10.0, 13.0};
+  const std::vector<double> comms = {9.0, 7.0, 1.0, 9.0};
+  const std::vector<double> kinds[4] = {{5.0, 1.0, 1.0, 5.0},  // all-reduce
+                                        {4.0, 5.0, 0.0, 4.0},  // all-to-all
+                                        {0.0, 0.5, 0.0, 0.0},  // all-gather
+                                        {0.0, 0.0, 0.0, 0.0}};
+  ted::experiments::split_time(times, comms, kinds, &r);
+  CHECK(r.time_ms.median == Approx(11.5));
+  CHECK(r.comm_ms == Approx(7.0));
+  CHECK(r.compute_ms == Approx(4.5));
+  CHECK(r.op_ms[0] == Approx(1.0));
+  CHECK(r.op_ms[1] == Approx(5.0));
+  CHECK(r.op_ms[2] == Approx(0.5));
+  const double kinds_sum = r.op_ms[0] + r.op_ms[1] + r.op_ms[2] + r.op_ms[3];
+  CHECK(kinds_sum <= r.comm_ms);
+  CHECK(r.compute_ms + r.comm_ms == Approx(r.time_ms.median));
+  CHECK(kinds_sum + r.other_ms == Approx(r.time_ms.median));
+  // other_ms is the compute plus collectives of no reported kind (here 0.5 ms of them).
+  CHECK(r.other_ms - r.compute_ms == Approx(r.comm_ms - kinds_sum));
+  CHECK(r.other_ms == Approx(5.0));
 }
 
 TEST_CASE("byte sizes parse like nccl-tests and reject garbage") {

@@ -4,9 +4,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <limits>
 #include <utility>
+
+#include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include "ted/app/app_main.hpp"
 #include "ted/app/check.hpp"
@@ -211,7 +216,38 @@ constexpr CollectiveOp kReportedOps[4] = {CollectiveOp::all_reduce, CollectiveOp
                                           CollectiveOp::all_gather, CollectiveOp::reduce_scatter};
 constexpr GroupKind kGroups[4] = {GroupKind::tensor, GroupKind::expert, GroupKind::expert_data,
                                   GroupKind::nonexpert_data};
+
+// The most ranks of `comm` on one node per CPU they may run on (the union of their affinity
+// masks). Above 1 the OS time-slices the ranks. Collective over `comm`.
+double ranks_per_core(MPI_Comm comm) {
+  MPI_Comm node;
+  TED_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int size = 1;
+  MPI_Comm_size(node, &size);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) CPU_SET(0, &mask);
+  cpu_set_t cpus;
+  TED_CHECK_MPI(
+      MPI_Allreduce(&mask, &cpus, static_cast<int>(sizeof mask), MPI_BYTE, MPI_BOR, node));
+  MPI_Comm_free(&node);
+  double mine = static_cast<double>(size) / std::max(1, CPU_COUNT(&cpus)), most = 0;
+  TED_CHECK_MPI(MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return most;
+}
 }  // namespace
+
+const std::string& run_id() {
+  static const std::string id = [] {
+    const std::time_t t = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&t, &utc);
+    char text[64];
+    const std::size_t n = std::strftime(text, sizeof text, "%Y%m%dT%H%M%SZ", &utc);
+    return std::string(text, n) + "-" + std::to_string(static_cast<long>(::getpid()));
+  }();
+  return id;
+}
 
 Result measure(const Point& point, Communicator& world, int warmup, int iters) {
   const int G = point.layout.world_size();
@@ -244,15 +280,25 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
       ranks->barrier();
       double start = now();
       auto record = trainer.step(step);
-      double measured[6] = {now() - start, ledger.total().seconds};
-      for (int i = 0; i < 4; ++i)
-        for (auto kind : kGroups) measured[2 + i] += ledger.total(kReportedOps[i], kind).seconds;
-      ranks->all_reduce(measured, measured, 6, DataType::f64, ReduceOp::max);
+      // This rank's step, its collectives, and those by reported kind (every group).
+      double mine[6] = {now() - start, ledger.total().seconds};
+      for (int i = 0; i < 4; ++i) mine[2 + i] = ledger.total(kReportedOps[i]).seconds;
+      mine[3] += ledger.total(CollectiveOp::all_to_all_v).seconds;
+      std::vector<double> all(6 * static_cast<std::size_t>(G));
+      ranks->all_gather(mine, all.data(), 6, DataType::f64);
       result.final_loss = record.loss;
       if (iters > 0 && step >= warmup) {
-        times.push_back(measured[0] * 1e3);
-        comms.push_back(measured[1] * 1e3);
-        for (int i = 0; i < 4; ++i) op_times[i].push_back(measured[2 + i] * 1e3);
+        // The step lasts as long as its slowest rank; the collective time and its kinds are
+        // one rank's, the one with the most, so that the kinds add up to it.
+        double slowest = 0;
+        std::size_t most = 0;
+        for (std::size_t r = 0; r < static_cast<std::size_t>(G); ++r) {
+          slowest = std::max(slowest, all[6 * r]);
+          if (all[6 * r + 1] > all[6 * most + 1]) most = r;
+        }
+        times.push_back(slowest * 1e3);
+        comms.push_back(all[6 * most + 1] * 1e3);
+        for (int i = 0; i < 4; ++i) op_times[i].push_back(all[6 * most + 2 + i] * 1e3);
         flops = record.flops;
       }
     }
@@ -274,9 +320,9 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
       for (int d : spec.shape) n *= static_cast<std::uint64_t>(d);
       result.parameters += n;
     }
+    if (run.backend == "cpu") result.ranks_per_core = ranks_per_core(host->native_handle());
     if (!times.empty()) {
-      split_time(times, comms, &result);
-      split_ops(op_times, &result);
+      split_time(times, comms, op_times, &result);
       const auto& t = point.train;
       double tokens = static_cast<double>(t.data.micro_batch) * t.data.micro_batches *
                       point.layout.expert * point.layout.data * t.model.seq_len;
@@ -288,18 +334,29 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
   return result;
 }
 
-void split_time(const std::vector<double>& times, const std::vector<double>& comms, Result* r) {
+void split_time(const std::vector<double>& times, const std::vector<double>& comms,
+                const std::vector<double> (&op_times)[4], Result* r) {
+  TED_CHECK(!times.empty() && comms.size() == times.size(), "one collective time per iteration");
   r->time_ms = summarize(times);
-  // The slowest rank's collectives and the slowest rank's step are measured apart; their
-  // medians need not nest, and time spent is never negative.
-  r->comm_ms = std::min(percentile(comms, 50), r->time_ms.median);
+  std::vector<std::size_t> order(times.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return times[a] < times[b]; });
+  // The lower middle iteration: its time is at most the (interpolated) median, and a rank's
+  // collectives lie inside its step, so its comm fits in the median time. The clamp only
+  // guards inputs that break that.
+  const std::size_t median = order[(order.size() - 1) / 2];
+  const double scale = comms[median] > r->time_ms.median && comms[median] > 0
+                           ? r->time_ms.median / comms[median]
+                           : 1.0;
+  r->comm_ms = comms[median] * scale;
   r->compute_ms = r->time_ms.median - r->comm_ms;
-}
-
-void split_ops(const std::vector<double> (&op_times)[4], Result* r) {
-  double collectives = 0;
-  for (int i = 0; i < 4; ++i) collectives += r->op_ms[i] = percentile(op_times[i], 50);
-  r->other_ms = std::max(0.0, r->time_ms.median - collectives);
+  double kinds = 0;
+  for (int i = 0; i < 4; ++i) {
+    TED_CHECK(op_times[i].size() == times.size(), "one time per kind per iteration");
+    kinds += r->op_ms[i] = op_times[i][median] * scale;
+  }
+  r->other_ms = std::max(r->compute_ms, r->time_ms.median - kinds);
 }
 
 CsvTable result_table() {
@@ -349,9 +406,11 @@ CsvTable result_table() {
                                       "all_to_all_calls"};
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
     columns.push_back("peak_" + std::string(to_string(static_cast<MemoryCategory>(c))) + "_bytes");
-  // threads and slurm_job last, so older CSVs gain them as trailing columns.
-  for (const char* name : {"peak_total_bytes", "budget_bytes", "fits", "status", "final_loss",
-                           "git_revision", "command", "threads", "slurm_job"})
+  // threads, slurm_job, ranks_per_core and run_id last, so older CSVs gain them as trailing
+  // columns.
+  for (const char* name :
+       {"peak_total_bytes", "budget_bytes", "fits", "status", "final_loss", "git_revision",
+        "command", "threads", "slurm_job", "ranks_per_core", "run_id"})
     columns.push_back(name);
   return CsvTable(columns);
 }
@@ -409,12 +468,22 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
         .add(int(r.ran() && r.peak_total <= static_cast<std::size_t>(budget)));
   else
     table.add("").add("");
-  table.add(r.status).add(r.final_loss).add(git_revision()).add(command);
+  table.add(r.status);
+  if (r.status.rfind("projected", 0) == 0)
+    table.add("");  // nothing trained: no loss
+  else
+    table.add(r.final_loss);
+  table.add(git_revision()).add(command);
   if (r.threads > 0)
     table.add(r.threads);
   else
     table.add("");
   table.add(slurm_job());
+  if (r.ranks_per_core > 0)
+    table.add(r.ranks_per_core);
+  else
+    table.add("");
+  table.add(run_id());
 }
 
 void append_rows(const CsvTable& table, const std::string& path) {
@@ -859,9 +928,19 @@ void print_progress(int index, int count, const Point& point, const Result& r) {
   if (r.time_ms.median > 0)
     std::printf("%9.2f ms/iter (p10 %.2f p90 %.2f) comm %.2f ms, %.3g tok/s, ", r.time_ms.median,
                 r.time_ms.p10, r.time_ms.p90, r.comm_ms, r.tokens_per_s);
-  std::printf("a2a %s x %llu, peak %s, loss %.4f\n", format_bytes(r.bytes_sent[3]).c_str(),
+  std::printf("a2a %s x %llu, peak %s", format_bytes(r.bytes_sent[3]).c_str(),
               static_cast<unsigned long long>(r.all_to_all_calls),
-              format_bytes(r.peak_total).c_str(), r.final_loss);
+              format_bytes(r.peak_total).c_str());
+  if (r.status.rfind("projected", 0) == 0)
+    std::printf(", loss n/a (projected)\n");
+  else
+    std::printf(", loss %.4f\n", r.final_loss);
+  // Said with every timed point of an oversubscribed run: its comm is partly waiting.
+  if (r.ranks_per_core > 1 && r.time_ms.median > 0)
+    std::printf(
+        "      %.3g ranks per core (oversubscribed): comm %.2f ms includes waiting for ranks "
+        "the OS has not scheduled, not only transfers\n",
+        r.ranks_per_core, r.comm_ms);
   std::fflush(stdout);
 }
 

@@ -92,15 +92,24 @@ Point make_point(const ExperimentConfig& config, const System& system, Layout la
                  const train::TrainConfig& train, int global_batch = 0,
                  const std::string& where = "");
 
+// The time split of a measured row, all from one iteration and one rank so that the parts add
+// up: the median iteration (by step time; the lower middle one of an even count), and in it the
+// rank that spent the most time in collectives (split_time). Then
+//   time_ms.median = compute_ms + comm_ms = all_reduce + all_to_all + all_gather +
+//                    reduce_scatter + other_ms,
+// and other_ms - compute_ms is the time in collectives of no reported kind (broadcast, barrier).
+// On a CPU whose ranks outnumber its cores (ranks_per_core > 1) a rank's wait for a peer the OS
+// has not scheduled is time in a collective: comm_ms then holds that wait, not only transfers.
 struct Result {
   Summary time_ms;
-  double comm_ms = 0;     // median over iterations of the slowest rank's collective time
-  double compute_ms = 0;  // median time minus comm, never negative (split_time)
-  // The collective time by kind (median over iterations of the slowest rank's): all_reduce,
-  // all_to_all, all_gather, reduce_scatter; other_ms is the rest of the median time.
+  double comm_ms = 0;     // the collective time of the rank above, at most the median time
+  double compute_ms = 0;  // median time minus comm, never negative
+  // The collective time by kind of the same rank and iteration: all_reduce, all_to_all
+  // (all_to_all_v included), all_gather, reduce_scatter; other_ms is the rest of the median time.
   double op_ms[4] = {};
   double other_ms = 0;
-  double pct_of_peak = -1;  // model FLOPs over the peak of all devices; < 0: no stated peak
+  double ranks_per_core = 0;  // CPU runs: the most ranks of a node per CPU they may use; 0: n/a
+  double pct_of_peak = -1;    // model FLOPs over the peak of all devices; < 0: no stated peak
   double tokens_per_s = 0;
   double tflops_per_rank = 0;
   double final_loss = 0;
@@ -119,12 +128,15 @@ struct Result {
   bool ran() const { return status.rfind("not run", 0) != 0; }  // measured or projected
 };
 
-// comm_ms and compute_ms of a point from its iterations' times and collective times (ms):
-// comm is the median collective time, at most the median time; compute is the rest.
-void split_time(const std::vector<double>& times, const std::vector<double>& comms, Result* r);
-// op_ms from each kind's per-iteration times (ms, the slowest rank's), other_ms the rest of the
-// median time (never negative).
-void split_ops(const std::vector<double> (&op_times)[4], Result* r);
+// The time columns of a point from its iterations (ms): the step time (the slowest rank's),
+// and the collective time with its split by kind of the rank with the most collective time.
+// Takes comm and the kinds from the median iteration (see Result), clamped to the median time.
+void split_time(const std::vector<double>& times, const std::vector<double>& comms,
+                const std::vector<double> (&op_times)[4], Result* r);
+
+// This process's run id, the same in every row it writes: UTC start time and process id,
+// "20250101T120000Z-4242". The rows of one run share it; validate and the figures pick runs by it.
+const std::string& run_id();
 
 // Runs `point` on world ranks 0 .. G-1 (the others wait) for warmup + iters steps, on the
 // backend, dtype and communicator of point.train.run; iters = 0 is the correctness-only mode:

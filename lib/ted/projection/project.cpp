@@ -37,7 +37,9 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
   r.op_ms[1] = (t.of(CollectiveOp::all_to_all) + t.of(CollectiveOp::all_to_all_v)) * 1e3;
   r.op_ms[2] = t.of(CollectiveOp::all_gather) * 1e3;
   r.op_ms[3] = t.of(CollectiveOp::reduce_scatter) * 1e3;
-  r.other_ms = t.compute * 1e3;
+  // As measured rows: the four kinds and other_ms add up to the time (other_ms: the compute and
+  // any collective of another kind).
+  r.other_ms = ms - (r.op_ms[0] + r.op_ms[1] + r.op_ms[2] + r.op_ms[3]);
   r.pct_of_peak = percent_of_peak(s, cluster, t.total());
   r.final_loss = 0;
   r.status = "projected";
@@ -63,7 +65,9 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
 }
 
 std::vector<Candidate> search(const experiments::ExperimentConfig& config, int gpus,
-                              const Cluster& cluster) {
+                              const Cluster& cluster, int global_batch, int* left_out) {
+  TED_CHECK(global_batch > 0, "the search compares layouts at one global batch");
+  if (left_out) *left_out = 0;
   const auto& m = config.train.model;
   std::vector<Candidate> out;
   const char* systems[] = {"ted-baseline", "ted+dtd", "ted+cac", "ted+dtd+cac", "ted+dtd+cac+rs"};
@@ -75,11 +79,20 @@ std::vector<Candidate> search(const experiments::ExperimentConfig& config, int g
       if (layout.tensor == 1 && (system.dtd || system.reduce_scatter)) continue;  // no-ops
       if (layout.tensor == 1) system.name = system.cac ? "deepspeed-moe+cac" : "deepspeed-moe";
       Candidate c;
-      c.point = experiments::make_point(config, system, layout, config.train);
+      // The point as the experiments make it (DeepSpeed-MoE's tensor ranks become data ranks).
+      const int data_ranks =
+          layout.expert * layout.data * (system.tensor_parallel ? 1 : layout.tensor);
+      if (global_batch % (config.train.data.micro_batch * data_ranks) != 0) {
+        if (left_out) ++*left_out;
+        continue;
+      }
+      c.point = experiments::make_point(config, system, layout, config.train, global_batch);
+      c.point.budget = static_cast<std::int64_t>(cluster.memory_bytes);
       const StepShape s = shape_of(c.point, config.train.run.dtype);
       c.time = step_time(s, cluster);
       c.peak = step_memory(s).total;
       c.fits = static_cast<double>(c.peak) <= cluster.memory_bytes;
+      c.result = project(c.point, cluster, config.train.run.dtype);
       out.push_back(c);
     }
   }

@@ -24,15 +24,19 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
 
 // The layout search: every layout T x Ep x D of `gpus` the model splits over and every
 // system (ted-baseline, +dtd, +cac, +dtd+cac, +dtd+cac+rs; T = 1 layouts are DeepSpeed-MoE),
-// ranked by fitting in the device memory first, then by projected time.
+// each at the same `global_batch` sequences per step (its micro-batches = global_batch /
+// (data.micro_batch x Ep x D), as the experiments lay a point out), ranked by fitting in the
+// device memory first, then by projected time. Layouts whose data-parallel ranks do not divide
+// the global batch are left out and counted in `left_out`.
 struct Candidate {
   experiments::Point point;
   StepTime time;
   std::uint64_t peak = 0;  // the projected peak (MemoryEstimate::total)
   bool fits = false;
+  experiments::Result result;  // project(point): the experiment's CSV row
 };
 std::vector<Candidate> search(const experiments::ExperimentConfig& config, int gpus,
-                              const Cluster& cluster);
+                              const Cluster& cluster, int global_batch, int* left_out = nullptr);
 // Orders candidates: fitting before not fitting, then faster first (stable).
 void rank(std::vector<Candidate>& candidates);
 
