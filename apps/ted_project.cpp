@@ -42,7 +42,8 @@ std::string stem(const std::string& path) {
 }
 
 void write_assumptions(const std::string& csv, const pj::Cluster& c,
-                       const ex::ExperimentConfig& config, const std::string& command) {
+                       const ex::ExperimentConfig& config, const std::string& command,
+                       const std::string& memory = "") {
   const auto& m = config.train.model;
   std::string text;
   auto line = [&](const char* format, auto... values) {
@@ -110,14 +111,73 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
       "  the larger phase: forward and backward (activations, CAC stash, the exchange's\n"
       "  buffers) or the optimizer step (its tile and communication buffers). A point whose\n"
       "  peak_total exceeds the device's memory keeps its projected time, with fits = 0.\n";
-  line("Run: %s; %s.\n", config.train.run.dtype.c_str(),
-       config.train.run.dtype == "fp32"
-           ? "fp32 throughout"
+  const bool sixteen_bit_gradients =
+      config.train.run.dtype != "fp32" && m.grad_dtype == config.train.run.dtype;
+  line("Run: %s, gradients %s; %s.\n", config.train.run.dtype.c_str(), m.grad_dtype.c_str(),
+       config.train.run.dtype == "fp32" ? "fp32 throughout"
+       : sixteen_bit_gradients
+           ? "mixed precision as DeepSpeed's fp16 ZeRO-1: 16-bit weights, activations,\n"
+             "  messages and gradients (accumulated per micro-batch through an fp32 stage of one\n"
+             "  block, reduced in 16-bit); fp32 master weights and Adam state in the ZeRO-1 shard"
            : "mixed precision: 16-bit weights, activations and messages, fp32 gradients,\n"
              "  master weights and Adam state");
   line("Gating: top-%d, capacity factor %.3g, min capacity %d, capacity from the formula.\n",
        m.gate.top_k, m.gate.capacity_factor, m.gate.min_capacity);
+  text += memory;
   ted::write_file_atomic(csv + ".assumptions.txt", text);
+}
+
+// The memory model's terms for every point (the sidecar's last section): what each rank holds,
+// by category, and the paper's count (its Eqs. 2-6, DeepSpeed's fp16 ZeRO-1: weights and
+// gradients on every rank holding a parameter, 12 bytes of fp32 master and Adam state sharded
+// over its data group) with this run's widths, which leaves out activations and temporaries.
+std::string memory_terms(const std::vector<ex::Point>& points, const pj::Cluster& cluster,
+                         const std::string& dtype) {
+  std::string text =
+      "Memory per rank (the memory model, lib/ted/projection/memory.hpp), per point: N_d and "
+      "N_e\n"
+      "  the non-expert and expert parameters a rank holds (split over T, experts over Ep);\n"
+      "  persistent: weights w N, gradients g N (16-bit gradients: plus one block's fp32 stage\n"
+      "  during backward), optimizer state (m, v, and the fp32 master in mixed precision) over\n"
+      "  each part's data group (Ep D for N_d, D for N_e) with ZeRO-1; then the larger phase:\n"
+      "  training (activations with checkpointing, the CAC stash, the exchange's buffers) or the\n"
+      "  optimizer step (its fp32 tile and shard buffers). paper: (w + g + s/(Ep D)) N_d +\n"
+      "  (w + g + s/D) N_e, the paper's count (s = 12 in mixed precision), for comparison.\n";
+  char buffer[1024];
+  for (const auto& point : points) {
+    const pj::StepShape shape = pj::shape_of(point, dtype);
+    const pj::MemoryEstimate e = pj::step_memory(shape);
+    const pj::ParameterParts parts =
+        pj::parameter_parts(shape.model, shape.layout, shape.parallel.split_experts);
+    const double w = static_cast<double>(shape.element_bytes);
+    const double g = static_cast<double>(shape.grad_bytes());
+    const double state = (shape.element_bytes < 4 ? 3.0 : 2.0) * shape.master_bytes();
+    const double dense_group = shape.parallel.zero1 ? shape.layout.expert * shape.layout.data : 1;
+    const double expert_group = shape.parallel.zero1 ? shape.layout.data : 1;
+    const double paper = (w + g + state / dense_group) * static_cast<double>(parts.dense) +
+                         (w + g + state / expert_group) * static_cast<double>(parts.expert);
+    const std::uint64_t gradients = static_cast<std::uint64_t>(g) * (parts.dense + parts.expert);
+    auto gb = [](double bytes) { return bytes / 1e9; };
+    std::snprintf(
+        buffer, sizeof buffer,
+        "  %s %s %s: N_d %.4g, N_e %.4g; weights %.3f GB, gradients %.3f GB (+ stage %.3f),"
+        " optimizer state %.3f GB, activations %.3f GB, CAC stash %.3f GB, communication %.3f"
+        " GB, optimizer tile %.3f GB; total %.3f GB of %.3f GB: %s; paper %.3f GB\n",
+        point.system.name.c_str(), point.layout.to_string().c_str(), point.model_name.c_str(),
+        static_cast<double>(parts.dense), static_cast<double>(parts.expert),
+        gb(static_cast<double>(e.of(ted::MemoryCategory::parameters))),
+        gb(static_cast<double>(gradients)),
+        gb(static_cast<double>(e.of(ted::MemoryCategory::gradients) - gradients)),
+        gb(static_cast<double>(e.of(ted::MemoryCategory::optimizer_state))),
+        gb(static_cast<double>(e.of(ted::MemoryCategory::activations))),
+        gb(static_cast<double>(e.of(ted::MemoryCategory::cac_stash))),
+        gb(static_cast<double>(e.of(ted::MemoryCategory::communication))),
+        gb(static_cast<double>(e.of(ted::MemoryCategory::optimizer_temporaries))),
+        gb(static_cast<double>(e.total)), gb(cluster.memory_bytes),
+        static_cast<double>(e.total) <= cluster.memory_bytes ? "fits" : "does not fit", gb(paper));
+    text += buffer;
+  }
+  return text;
 }
 
 ted::CsvTable validation_table() {
@@ -311,10 +371,18 @@ int main(int argc, char** argv) {
         auto result = pj::project(plan.points[i], cluster, config.train.run.dtype);
         ex::print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()),
                            plan.points[i], result);
+        const auto budget = static_cast<std::uint64_t>(plan.points[i].budget);
+        std::printf(
+            "      memory: peak %s per rank, %s %s: %s\n",
+            ted::format_bytes(result.peak_total).c_str(),
+            budget == static_cast<std::uint64_t>(cluster.memory_bytes) ? "device" : "budget",
+            ted::format_bytes(budget).c_str(),
+            result.peak_total <= budget ? "fits" : "does not fit");
         ex::add_result(table, labelled, plan.points[i], result, command);
       }
       ex::append_rows(table, csv);
-      write_assumptions(csv, cluster, config, command);
+      write_assumptions(csv, cluster, config, command,
+                        memory_terms(plan.points, cluster, config.train.run.dtype));
       std::printf("# CSV: %s (assumptions: %s.assumptions.txt)\n", csv.c_str(), csv.c_str());
       return 0;
     }

@@ -233,6 +233,7 @@ int main(int argc, char** argv) {
                                             "tile_elems",
                                             "backend",
                                             "dtype",
+                                            "grad_dtype",
                                             "comm",
                                             "device",
                                             "loss_scale",
@@ -283,6 +284,7 @@ int main(int argc, char** argv) {
               .add(static_cast<long long>(parallel.tile_elems))
               .add(config.run.backend)
               .add(config.run.dtype)
+              .add(config.model.grad_dtype)
               .add(world->name())
               .add(base->name())
               .add(r.loss_scale)

@@ -41,7 +41,8 @@ PROGRAM = "deepspeed_baseline"
 
 EXPERIMENT_COLUMNS = (
     "experiment,system,G,T,Ep,D,model,layers,hidden,heads,experts,top_k,parameters,seq_len,"
-    "micro_batch,micro_batches,backend,dtype,comm,device,checkpoint,dtd,cac,reduce_scatter,warmup,"
+    "micro_batch,micro_batches,backend,dtype,grad_dtype,comm,device,checkpoint,dtd,cac,"
+    "reduce_scatter,warmup,"
     "iters,time_ms_median,time_ms_p10,time_ms_p90,compute_ms,comm_ms,all_reduce_ms,all_to_all_ms,"
     "all_gather_ms,reduce_scatter_ms,other_ms,pct_of_peak,tokens_per_s,tflops_per_rank,"
     "all_reduce_bytes,all_gather_bytes,reduce_scatter_bytes,all_to_all_bytes,all_to_all_calls,"
@@ -54,7 +55,8 @@ _LEDGER = [f"{op}_{group}_bytes" for op in ("all_reduce", "all_gather", "reduce_
            for group in ("tensor", "expert", "expert_data", "nonexpert_data")]
 TRAIN_COLUMNS = (
     "step,loss,lm_loss,aux_loss,lr,grad_norm,dropped,seconds,tokens_per_s,gflops_per_s,G,T,Ep,D,"
-    "dtd,cac,reduce_scatter,zero1,tile_elems,backend,dtype,comm,device,loss_scale,skipped"
+    "dtd,cac,reduce_scatter,zero1,tile_elems,backend,dtype,grad_dtype,comm,device,loss_scale,"
+    "skipped"
 ).split(",") + _LEDGER + [
     f"peak_{c}_bytes" for c in ("parameters", "gradients", "optimizer_state", "activations",
                                 "communication", "cac_stash", "optimizer_temporaries")
@@ -314,9 +316,13 @@ class Run:
         torch = self.torch
         device = "cpu" if self.device.type == "cpu" else \
             f"cuda:{self.device.index} {torch.cuda.get_device_name(self.device)}"
+        # The type DeepSpeed keeps and reduces gradients in (fp16 ZeRO-1: fp16), as it says.
+        names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+        grad_dtype = names.get(self.engine.communication_data_type,
+                               str(self.engine.communication_data_type))
         return {"system": f"deepspeed-{deepspeed.__version__}",
                 "device": f"{device} (torch {torch.__version__})",
-                "comm": self.dist.get_backend()}
+                "comm": self.dist.get_backend(), "grad_dtype": grad_dtype}
 
 
 def run_experiment_point(point, cfg, args, command, revision):
@@ -381,7 +387,8 @@ def run_training(point, cfg, args, command, revision):
                    "skipped": 0, "all_to_all_expert_bytes": run.a2a.bytes,
                    "git_revision": revision, "command": command}
             described = run.describe()
-            row.update(comm=described["comm"], device=described["device"])
+            row.update(comm=described["comm"], device=described["device"],
+                       grad_dtype=described["grad_dtype"])
             rows.append(row)
             if run.rank == 0 and (step % cfg["training"]["log_every"] == 0 or step + 1 == steps):
                 print(f"step {step + 1:5d}/{steps} loss {loss:.4f} lm {lm:.4f} aux {aux:.4f} "

@@ -29,7 +29,7 @@ DEFAULTS = {
                   "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0},
     "data": {"source": "synthetic", "path": "", "token_bytes": 2, "noise": 0.1, "micro_batch": 4,
              "micro_batches": 1, "global_batch": 0},
-    "training": {"steps": 100, "seed": 1234, "log_every": 1, "csv": ""},
+    "training": {"steps": 100, "seed": 1234, "log_every": 1, "csv": "", "grad_dtype": "fp32"},
     "parallel": {"tp": 1, "ep": 1, "dp": 0, "dtd": False, "cac": False, "cac_all_reduce": False,
                  "reduce_scatter": False, "zero1": True, "tile_elems": 0, "split_experts": True,
                  "overlap": 1},
@@ -190,6 +190,10 @@ def _validate(cfg):
         raise ConfigError(f"run.backend must be cpu or cuda, got '{r['backend']}'")
     if r["dtype"] not in ("fp32", "bf16", "fp16"):
         raise ConfigError(f"run.dtype must be fp32, bf16 or fp16, got '{r['dtype']}'")
+    grad_dtype = cfg["training"]["grad_dtype"]
+    if grad_dtype not in ("fp32", r["dtype"]):
+        raise ConfigError(f"training.grad_dtype must be fp32 or the storage type run.dtype "
+                          f"({r['dtype']}), got '{grad_dtype}'")
     if r["warmup"] < 0 or r["iters"] < 0:
         raise ConfigError("run.warmup and run.iters must not be negative")
     if cfg["experiment"] and cfg["experiment"] not in EXPERIMENTS + ("memory",):

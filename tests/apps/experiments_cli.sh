@@ -32,6 +32,10 @@ bad_input "sweep lists of different lengths" ted_weak_scaling ranks 2 ted_weak_s
 bad_input "unknown system" ted_ablation ranks 2 ted_ablation -c "$ablation" --set systems=ted+xyz
 bad_input "an unknown dtype" ted_ablation ranks 2 ted_ablation -c "$ablation" --set run.dtype=fp8
 bad_input "an unknown --dtype" ted_ablation ranks 2 ted_ablation -c "$ablation" --dtype fp8
+bad_input "an unknown gradient type" ted_ablation ranks 2 ted_ablation -c "$ablation" \
+  --set training.grad_dtype=fp8
+bad_input "16-bit gradients of fp32 weights" ted_ablation ranks 2 ted_ablation -c "$ablation" \
+  --set training.grad_dtype=fp16
 bad_input "an unknown --backend" ted_ablation ranks 2 ted_ablation -c "$ablation" --backend tpu
 bad_input "NCCL on the CPU backend" ted_ablation ranks 2 ted_ablation -c "$ablation" --comm nccl
 bad_input "3 ranks for a 4-rank layout (no point)" ted_ablation ranks 3 ted_ablation -c "$ablation"
@@ -72,18 +76,20 @@ for experiment in ablation weak_scaling strong_scaling memory; do
   fi
   [ -e "$scratch/paper.csv" ] && fail "paper $experiment: wrote a CSV with nothing measured"
 done
-# 16-bit on CPU ranks: one bf16 point of the ablation, its row naming backend, dtype, comm.
+# 16-bit on CPU ranks: one bf16 point of the ablation with 16-bit gradients, its row naming
+# backend, dtype, gradient type, comm.
 if ranks 4 ted_ablation -c "$ablation" --set systems=ted --dtype bf16 --iters 0 \
-  --csv "$scratch/bf16.csv" >"$scratch/bf16.out" 2>&1 &&
+  --set training.grad_dtype=bf16 --csv "$scratch/bf16.csv" >"$scratch/bf16.out" 2>&1 &&
   /usr/bin/python3 - "$scratch/bf16.csv" <<'PY'; then
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 assert len(rows) == 1, rows
 r = rows[0]
-assert (r["backend"], r["dtype"], r["comm"], r["device"]) == ("cpu", "bf16", "mpi", "cpu"), r
+assert (r["backend"], r["dtype"], r["grad_dtype"], r["comm"], r["device"]) == \
+    ("cpu", "bf16", "bf16", "mpi", "cpu"), r
 assert float(r["final_loss"]) > 0, r
 PY
-  echo "ok: a bf16 ablation point on 4 CPU ranks, its row names backend, dtype, comm and device"
+  echo "ok: a bf16 ablation point (bf16 gradients) on 4 CPU ranks, its row names backend, dtype, grad_dtype, comm and device"
 else
   fail "bf16 ablation: $(cat "$scratch/bf16.out")"
 fi

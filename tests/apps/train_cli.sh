@@ -28,6 +28,11 @@ bad_input "missing data file" ted_train "$train" -c "$config" --set data.source=
 bad_input "missing config file" ted_train "$train" -c "$scratch/no_such.yaml"
 bad_input "unknown option" ted_train "$train" -c "$config" --learning-rate 3
 bad_input "unknown backend" ted_train "$train" -c "$config" --backend tpu
+bad_input "unknown gradient type" ted_train "$train" -c "$config" --set training.grad_dtype=fp8
+bad_input "16-bit gradients of fp32 weights" ted_train "$train" -c "$config" \
+  --set training.grad_dtype=bf16
+bad_input "a gradient type other than the weights'" ted_train "$train" -c "$config" --dtype fp16 \
+  --set training.grad_dtype=bf16
 bad_input "unknown dtype" ted_train "$train" -c "$config" --dtype fp8
 bad_input "NCCL with the CPU backend" ted_train "$train" -c "$config" --comm nccl
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
@@ -59,19 +64,23 @@ four=$(fingerprint "$scratch/four.out")
   "$one" "$four" || fail "fingerprints differ: $one (1 rank) vs $four (4 ranks)"
 echo "ok: fingerprint $one on 1 rank, $four on 4 ranks"
 
-# Mixed precision on CPU ranks: bf16 and fp16 runs train, and their rows say so.
+# Mixed precision on CPU ranks: bf16 and fp16 runs train, and their rows say so (fp16 with
+# 16-bit gradients, training.grad_dtype, as DeepSpeed's fp16 ZeRO-1).
 for dtype in bf16 fp16; do
-  ranks 2 --ep 2 --dtype "$dtype" --steps 3 --csv "$scratch/$dtype.csv" >"$scratch/$dtype.out" 2>&1 ||
+  grads=fp32
+  [ "$dtype" = fp16 ] && grads=fp16
+  ranks 2 --ep 2 --dtype "$dtype" --set training.grad_dtype=$grads --steps 3 \
+    --csv "$scratch/$dtype.csv" >"$scratch/$dtype.out" 2>&1 ||
     fail "$dtype run: $(cat "$scratch/$dtype.out")"
-  /usr/bin/python3 - "$scratch/$dtype.csv" "$dtype" <<'PY' || fail "$dtype run: CSV rows"
+  /usr/bin/python3 - "$scratch/$dtype.csv" "$dtype" "$grads" <<'PY' || fail "$dtype run: CSV rows"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 assert len(rows) == 3, rows
-assert all((r["backend"], r["dtype"], r["comm"], r["device"]) == ("cpu", sys.argv[2], "mpi", "cpu")
-           for r in rows), rows[0]
+assert all((r["backend"], r["dtype"], r["grad_dtype"], r["comm"], r["device"]) ==
+           ("cpu", sys.argv[2], sys.argv[3], "mpi", "cpu") for r in rows), rows[0]
 assert float(rows[-1]["loss"]) < float(rows[0]["loss"]), [r["loss"] for r in rows]
 PY
-  echo "ok: a $dtype run on 2 ranks"
+  echo "ok: a $dtype run on 2 ranks, $grads gradients"
 done
 
 good="$scratch/good.csv"

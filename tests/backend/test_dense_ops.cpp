@@ -159,8 +159,8 @@ TEMPLATE_TEST_CASE("embedding forward and backward", "[ops][embedding]", STORAGE
   CHECK_CLOSE_TO_REFERENCE(float, download(gdpos), dpos);
 }
 
-TEMPLATE_TEST_CASE("residual add, biases per row block, conversions", "[ops][elementwise]",
-                   STORAGE_TYPES) {
+TEMPLATE_TEST_CASE("residual add, biases per row block, conversions, gradient accumulation",
+                   "[ops][elementwise]", STORAGE_TYPES) {
   using T = TestType;
   const int sources = 2, experts = 3, rows = 5, width = 7;
   const int all = sources * experts * rows;
@@ -184,6 +184,20 @@ TEMPLATE_TEST_CASE("residual add, biases per row block, conversions", "[ops][ele
   ops<T>().convert(copy.data(), dtype_of<T>::value, back.data(), DataType::f32, master.size());
   CHECK(download(copy) == rounded<T>(master));
   CHECK(download(back) == rounded<T>(master));
+  // 16-bit gradients: a micro-batch's fp32 gradient added into the stored one, rounded once;
+  // and widened (scaled) into the optimizer's fp32 tile.
+  auto stored = rounded<T>(random_vector(1000, 54)), micro = random_vector(1000, 55);
+  auto gstored = upload<T>(stored), gmicro = upload<float>(micro);
+  ops<T>().accumulate(gmicro.data(), gstored.data(), stored.size());
+  std::vector<float> sum(stored.size()), scaled(stored.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) {
+    sum[i] = round_to<T>(stored[i] + micro[i]);
+    scaled[i] = sum[i] * 0.25f;
+  }
+  CHECK(download(gstored) == sum);
+  Tensor<float> tile(device(), stored.size());
+  ops<T>().scale_copy(gstored.data(), dtype_of<T>::value, tile.data(), stored.size(), 0.25f);
+  CHECK(download(tile) == scaled);
 }
 
 TEMPLATE_TEST_CASE("a shard's initial values equal the same elements of the whole tensor",
@@ -217,7 +231,7 @@ TEST_CASE("AdamW, the clipped gradient tile, sums of squares and the overflow ch
   auto gmaster = upload<float>(master), ggrad = upload<float>(grad), gm = upload<float>(m),
        gv = upload<float>(v);
   Tensor<float> work(device(), n);
-  o.scale_copy(ggrad.data(), work.data(), n, 0.5f);
+  o.scale_copy(ggrad.data(), DataType::f32, work.data(), n, 0.5f);
   o.adamw(gmaster.data(), gm.data(), gv.data(), work.data(), n, hyper);
   for (std::size_t i = 0; i < n; ++i)
     kernels::adamw_update(master[i], m[i], v[i], grad[i] * 0.5f, hyper);

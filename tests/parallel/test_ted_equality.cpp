@@ -9,7 +9,8 @@
 //   - the gradients themselves before the optimizer: each rank's reduced shard against the
 //     matching elements of the reference's gradient, scored per tensor by max |a - b| / max |b|
 //     (a missing 1/DP or a double tensor-group sum fails this, which Adam's first step hides).
-// 16-bit runs are also held to the 16-bit single process on the same device. The global batch
+// 16-bit runs are also held to the 16-bit single process on the same device, and run again with
+// 16-bit gradients (training.grad_dtype) for the switch sets that move gradients. The global batch
 // is the same for every layout (micro-batches per rank = G / DP), so one reference run per
 // gating serves them all; every rank computes it itself.
 #include <catch2/catch.hpp>
@@ -24,6 +25,7 @@
 
 #include "comm/test_env.hpp"
 #include "ted/backend/memory.hpp"
+#include "ted/core/error.hpp"
 #include "ted/grid/ted_groups.hpp"
 #include "ted/projection/memory.hpp"
 #include "ted/projection/time.hpp"
@@ -87,10 +89,22 @@ struct Run {
   std::vector<double> losses, norms;
   double fingerprint = 0;
   int dropped = 0, skipped = 0;
+  // Whether every reduced gradient element (scaled, as stored) was a value of the test's 16-bit
+  // type: what 16-bit gradients must give, and fp32 ones almost never do.
+  bool gradients_in_storage_type = true;
   // Per step, this rank's reduced gradient shards (unscaled).
   std::vector<std::vector<ted::train::GradientShard>> gradients;
   ted::model::ParamLayout layout;
 };
+
+// Whether `value` is exactly a value of the test's 16-bit type (false for fp32 runs).
+bool in_storage_type(double value) {
+  const auto f = static_cast<float>(value);
+  if (static_cast<double>(f) != value) return false;
+  if (ted::test::dtype() == "bf16") return ted::bf16_bits_to_float(ted::float_to_bf16_bits(f)) == f;
+  if (ted::test::dtype() == "fp16") return ted::f16_bits_to_float(ted::float_to_f16_bits(f)) == f;
+  return false;
+}
 
 Run train(const ted::train::TrainConfig& config, ted::Device& device, ted::TedGroups* groups) {
   ted::train::Trainer trainer(config, device, groups);
@@ -104,7 +118,10 @@ Run train(const ted::train::TrainConfig& config, ted::Device& device, ted::TedGr
     run.dropped += record.dropped;
     run.skipped += record.skipped;
     for (auto& shard : shards)
-      for (double& g : shard.values) g /= record.loss_scale;
+      for (double& g : shard.values) {
+        run.gradients_in_storage_type &= in_storage_type(g);
+        g /= record.loss_scale;
+      }
     run.gradients.push_back(shards);
   }
   run.fingerprint = trainer.fingerprint();
@@ -224,6 +241,22 @@ const Switches kSwitches[] = {
     {"materialized attention + dtd+rs+checkpointing+cac", true, true, true, true, true, 0, true,
      false, "materialized"},
 };
+
+// The switch sets that change where gradients live or move (the shard, the all-reduce without
+// ZeRO-1, the tensor group's sum of unsplit experts, tiles): the 16-bit gradient cases
+// (training.grad_dtype = run.dtype) run these, to keep CI short.
+bool moves_gradients(const Switches& sw) {
+  for (const char* name : {"baseline", "all: dtd+rs+checkpointing+cac+tiles", "no zero-1",
+                           "experts not split + checkpointing + cac"})
+    if (std::string(name) == sw.name) return true;
+  return false;
+}
+// The gradient types a case runs with: fp32; in 16-bit runs also 16-bit gradients, for the
+// switch sets above.
+std::vector<std::string> gradient_types(const Switches& sw) {
+  if (!sixteen_bit() || !moves_gradients(sw)) return {"fp32"};
+  return {"fp32", ted::test::dtype()};
+}
 
 ted::train::TrainConfig configured(int G, int top_k, const ted::Layout& layout, const Switches& sw,
                                    bool dropless = false) {
@@ -346,16 +379,80 @@ TEST_CASE("dropless gating on every layout equals the single-process reference")
   print_worst("dropless", worst);
 }
 
+// 16-bit gradients (training.grad_dtype = run.dtype, as DeepSpeed's fp16 ZeRO-1 keeps them):
+// every micro-batch's gradients rounded into 16-bit buffers, reduced (reduce-scattered, or
+// all-reduced without ZeRO-1; unsplit experts summed over the tensor group) in 16-bit, widened
+// to fp32 only in the optimizer's tile. Held to the fp32 reference and to the 16-bit single
+// process with fp32 gradients at the 16-bit tolerances above (the rounding of the gradients is
+// small beside that of the activations: measured, see the summary line), with the switch sets of
+// moves_gradients.
+TEST_CASE("16-bit gradients on every layout equal the single-process reference") {
+  if (!sixteen_bit()) return;  // the 16-bit entries of CTest run it
+  auto& world = ted::test::world();
+  const int G = world.size();
+  Worst worst;
+  for (int top_k : {1, 2}) {
+    const auto fp32 = reference(G, top_k);
+    const auto same_dtype = reference(G, top_k, ted::test::dtype());
+    for (const auto& layout : ted::all_layouts(G)) {
+      ted::ProcessGrid grid(G, layout);
+      ted::TedGroups groups(ted::test::control(), world, grid);
+      for (const auto& sw : kSwitches) {
+        if (!moves_gradients(sw)) continue;
+        auto config = configured(G, top_k, layout, sw);
+        config.model.grad_dtype = ted::test::dtype();
+        INFO("16-bit gradients, top-"
+             << top_k << ", " << layout.to_string() << ", " << sw.name << ", " << ted::test::dtype()
+             << " on " << ted::test::device().name() << " over " << world.name() << ", rank "
+             << world.rank());
+        auto run = train(config, ted::test::device(), &groups);
+        CHECK(run.gradients_in_storage_type);  // stored and reduced in 16-bit
+        check_against(run, fp32, &same_dtype, worst);
+      }
+    }
+    CHECK_FALSE(same_dtype.gradients_in_storage_type);  // fp32 gradients are not
+  }
+  print_worst("16-bit gradients", worst);
+}
+
+// A 16-bit gradient type other than the storage type, or with fp32 storage, is refused: the
+// kernels accumulate in fp32 and round once into the gradient's type, which must be the
+// weights' own.
+TEST_CASE("training.grad_dtype must be fp32 or the storage type") {
+  auto config = tiny(1, 1);
+  config.model.grad_dtype = "fp16";
+  config.run.dtype = "fp32";
+  CHECK_THROWS_AS(config.validate(), ted::ConfigError);
+  config.run.dtype = "bf16";
+  CHECK_THROWS_AS(config.validate(), ted::ConfigError);
+  config.model.grad_dtype = "fp8";
+  CHECK_THROWS_AS(config.validate(), ted::ConfigError);
+  config.model.grad_dtype = "bf16";
+  CHECK_NOTHROW(config.validate());
+}
+
+namespace {
+// Every layout of G ranks with fp32 gradients, then with 16-bit ones (the test's dtype).
+std::vector<std::pair<ted::Layout, std::string>> layouts_by_gradient_type(int G) {
+  std::vector<std::pair<ted::Layout, std::string>> out;
+  for (const std::string grad_dtype : {std::string("fp32"), ted::test::dtype()})
+    for (const auto& layout : ted::all_layouts(G)) out.emplace_back(layout, grad_dtype);
+  return out;
+}
+}  // namespace
+
 TEST_CASE("fp16: an overflow planted on one rank makes every rank skip that step") {
   if (ted::test::dtype() != "fp16") return;  // the fp16 entries of CTest run it
   auto& world = ted::test::world();
   const int G = world.size();
-  for (const auto& layout : ted::all_layouts(G)) {
+  // With fp32 gradients and with 16-bit ones (the inf planted in the fp16 gradient buffer).
+  for (const auto& [layout, grad_dtype] : layouts_by_gradient_type(G)) {
     ted::ProcessGrid grid(G, layout);
     ted::TedGroups groups(ted::test::control(), world, grid);
     auto config = configured(G, 1, layout, kSwitches[0]);
     config.steps = 4;
-    INFO(layout.to_string() << ", rank " << world.rank());
+    config.model.grad_dtype = grad_dtype;
+    INFO(layout.to_string() << ", gradients " << grad_dtype << ", rank " << world.rank());
     ted::train::Trainer trainer(config, ted::test::device(), &groups);
     // The last rank plants an inf in its first gradient element (a dense one, in the shard of
     // the first data-parallel rank under ZeRO-1), before any reduction.
@@ -555,36 +652,38 @@ TEST_CASE("the traffic and FLOP models equal the ledger and the model's own coun
     for (const auto& layout : ted::all_layouts(G)) {
       ted::ProcessGrid grid(G, layout);
       ted::TedGroups groups(ted::test::control(), world, grid);
-      for (const auto& sw : kSwitches) {
-        auto config = tiny(G, top_k);
-        config.data.micro_batches = 2;
-        config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
-                           sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
-        config.parallel.cac_all_reduce = sw.cac_all_reduce;
-        config.model.checkpoint = sw.checkpoint;
-        config.model.attention = sw.attention;
-        config.run.dtype = ted::test::dtype();
-        INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", rank "
-                    << world.rank());
-        double flops = 0;
-        const auto ledger = ledger_of_step(groups, config, &flops);
-        // The compute model counts the FLOPs the model ran.
-        CHECK(ted::projection::step_flops(shape_of(config, layout)) ==
-              Approx(flops).epsilon(1e-12));
+      for (const auto& sw : kSwitches)
+        for (const auto& grad_dtype : gradient_types(sw)) {
+          auto config = tiny(G, top_k);
+          config.data.micro_batches = 2;
+          config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
+                             sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
+          config.parallel.cac_all_reduce = sw.cac_all_reduce;
+          config.model.checkpoint = sw.checkpoint;
+          config.model.attention = sw.attention;
+          config.model.grad_dtype = grad_dtype;
+          config.run.dtype = ted::test::dtype();
+          INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", gradients "
+                      << grad_dtype << ", rank " << world.rank());
+          double flops = 0;
+          const auto ledger = ledger_of_step(groups, config, &flops);
+          // The compute model counts the FLOPs the model ran.
+          CHECK(ted::projection::step_flops(shape_of(config, layout)) ==
+                Approx(flops).epsilon(1e-12));
 
-        const auto predicted = ted::projection::step_traffic(shape_of(config, layout));
-        for (std::size_t op = 0; op < ted::kCollectiveOpCount; ++op)
-          for (auto group : {ted::GroupKind::tensor, ted::GroupKind::expert,
-                             ted::GroupKind::expert_data, ted::GroupKind::nonexpert_data}) {
-            auto kind = static_cast<ted::CollectiveOp>(op);
-            INFO(ted::to_string(kind) << " on the " << ted::to_string(group) << " group");
-            const auto& measured = ledger.total(kind, group);
-            const auto& model = ted::projection::at(predicted, kind, group);
-            CHECK(model.calls == measured.calls);
-            CHECK(model.bytes_sent == measured.bytes_sent);
-            CHECK(model.bytes_recv == measured.bytes_recv);
-          }
-      }
+          const auto predicted = ted::projection::step_traffic(shape_of(config, layout));
+          for (std::size_t op = 0; op < ted::kCollectiveOpCount; ++op)
+            for (auto group : {ted::GroupKind::tensor, ted::GroupKind::expert,
+                               ted::GroupKind::expert_data, ted::GroupKind::nonexpert_data}) {
+              auto kind = static_cast<ted::CollectiveOp>(op);
+              INFO(ted::to_string(kind) << " on the " << ted::to_string(group) << " group");
+              const auto& measured = ledger.total(kind, group);
+              const auto& model = ted::projection::at(predicted, kind, group);
+              CHECK(model.calls == measured.calls);
+              CHECK(model.bytes_sent == measured.bytes_sent);
+              CHECK(model.bytes_recv == measured.bytes_recv);
+            }
+        }
     }
   }
 }
@@ -641,31 +740,34 @@ TEST_CASE("the memory model matches the allocator's peaks within 5%") {
   for (const auto& layout : ted::all_layouts(G)) {
     ted::ProcessGrid grid(G, layout);
     ted::TedGroups groups(ted::test::control(), world, grid);
-    for (const auto& sw : kSwitches) {
-      auto config = tiny(G, 1);
-      config.data.micro_batches = 2;
-      config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
-                         sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
-      config.parallel.cac_all_reduce = sw.cac_all_reduce;
-      config.model.checkpoint = sw.checkpoint;
-      config.model.attention = sw.attention;
-      config.run.dtype = ted::test::dtype();
-      INFO(layout.to_string() << ", " << sw.name << ", rank " << world.rank());
-      ted::TrackingDevice device(ted::test::device());
-      const auto estimate = check_memory_model(config, layout, groups, device);
-      // The projected peak (persistent state + the larger phase) against the allocator's true
-      // peak: what fit verdicts use, so it must not fall short of it by more than the 5%. It
-      // may exceed it: within the training phase it adds the activations' peak (at the LM head)
-      // and the exchange buffers' (inside a MoE layer), which never meet; 1.00-1.15x here.
-      const double measured = static_cast<double>(device.total().peak);
-      const double model = static_cast<double>(estimate.total);
-      INFO(layout.to_string() << ", " << sw.name << ": projected peak " << model
-                              << " vs allocator's total peak " << measured << ", upper bound "
-                              << estimate.upper_bound << ", rank " << world.rank());
-      CHECK(model >= 0.95 * measured);
-      CHECK(model <= 1.20 * measured);
-      CHECK(estimate.total <= estimate.upper_bound);
-    }
+    for (const auto& sw : kSwitches)
+      for (const auto& grad_dtype : gradient_types(sw)) {
+        auto config = tiny(G, 1);
+        config.data.micro_batches = 2;
+        config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
+                           sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
+        config.parallel.cac_all_reduce = sw.cac_all_reduce;
+        config.model.checkpoint = sw.checkpoint;
+        config.model.attention = sw.attention;
+        config.model.grad_dtype = grad_dtype;
+        config.run.dtype = ted::test::dtype();
+        INFO(layout.to_string() << ", " << sw.name << ", gradients " << grad_dtype << ", rank "
+                                << world.rank());
+        ted::TrackingDevice device(ted::test::device());
+        const auto estimate = check_memory_model(config, layout, groups, device);
+        // The projected peak (persistent state + the larger phase) against the allocator's true
+        // peak: what fit verdicts use, so it must not fall short of it by more than the 5%. It
+        // may exceed it: within the training phase it adds the activations' peak (at the LM head)
+        // and the exchange buffers' (inside a MoE layer), which never meet; 1.00-1.15x here.
+        const double measured = static_cast<double>(device.total().peak);
+        const double model = static_cast<double>(estimate.total);
+        INFO(layout.to_string() << ", " << sw.name << ": projected peak " << model
+                                << " vs allocator's total peak " << measured << ", upper bound "
+                                << estimate.upper_bound << ", rank " << world.rank());
+        CHECK(model >= 0.95 * measured);
+        CHECK(model <= 1.20 * measured);
+        CHECK(estimate.total <= estimate.upper_bound);
+      }
   }
 }
 

@@ -6,9 +6,11 @@
 //
 // Types. T is the storage type of activations and of the weight copies the kernels read: fp32,
 // bf16 or fp16 (fp64 on the CPU, for the gradient checks). M = master_t<T> is the type of the
-// master weights, of every parameter gradient and of the optimizer state, and what every kernel
-// computes and accumulates in: fp32 (fp64 for fp64). In fp32 the weight copy is the master.
-// Weight gradients are M buffers the backward kernels accumulate into.
+// master weights and of the optimizer state, and what every kernel computes and accumulates in:
+// fp32 (fp64 for fp64). In fp32 the weight copy is the master. Weight gradients are M buffers
+// the backward kernels accumulate into: the gradients themselves, or with 16-bit gradients
+// (training.grad_dtype) a scratch of one group of tensors that `accumulate` then adds into the
+// T gradient buffer.
 //
 // Shapes and conventions are those of kernels/cpu/layers.hpp: rows are tokens, weights are
 // [in, out] (y = x W + b), backward functions accumulate (+=) into parameter gradients and into
@@ -53,6 +55,9 @@ class Ops {
   // y = (y + bias) + residual for one bias [width] over rows [rows, width]: a row-parallel
   // layer's output, its bias and the skip connection in one pass.
   virtual void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int width) = 0;
+  // grad[i] += g[i], computed in M and rounded once to T: one micro-batch's gradients of a group
+  // of tensors, accumulated by the kernels in an M scratch, added into 16-bit gradient storage.
+  virtual void accumulate(const M* g, T* grad, std::size_t count) = 0;
   // Element-wise conversion between any two of the floating-point types (rounding on store):
   // master weights to their copies and back.
   virtual void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
@@ -145,8 +150,9 @@ class Ops {
                                 M* db2, int sources, int experts, int rows, int h, int f) = 0;
 
   // ---- the optimizer ---------------------------------------------------------------------------
-  // out[i] = g[i] * scale.
-  virtual void scale_copy(const M* g, M* out, std::size_t count, M scale) = 0;
+  // out[i] = g[i] * scale in M, g of type M or T (16-bit gradients are widened here, a tile at
+  // a time: the optimizer's temporary is their only M copy).
+  virtual void scale_copy(const void* g, DataType g_type, M* out, std::size_t count, M scale) = 0;
   // One AdamW update (kernels/adamw.hpp) of count elements with their clipped gradient g.
   virtual void adamw(M* value, M* m, M* v, const M* g, std::size_t count,
                      const kernels::AdamHyper<M>& hyper) = 0;

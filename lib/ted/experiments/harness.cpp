@@ -24,6 +24,7 @@
 #include "ted/core/units.hpp"
 #include "ted/grid/ted_groups.hpp"
 #include "ted/model/gpt.hpp"
+#include "ted/projection/cluster.hpp"
 #include "ted/projection/fit.hpp"
 #include "ted/train/trainer.hpp"
 
@@ -378,6 +379,7 @@ CsvTable result_table() {
                                       "micro_batches",
                                       "backend",
                                       "dtype",
+                                      "grad_dtype",
                                       "comm",
                                       "device",
                                       "checkpoint",
@@ -439,6 +441,7 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
       .add(point.train.data.micro_batches)
       .add(config.backend)
       .add(point.train.run.dtype)
+      .add(point.train.model.grad_dtype)
       .add(r.comm)
       .add(r.device)
       .add(int(m.checkpoint))
@@ -616,7 +619,8 @@ std::vector<train::TrainConfig> family_models(const ExperimentConfig& config,
 
 // The largest trainable model: for each GPU count and system, every family model with every
 // power-of-two expert count up to largest.max_experts (expert-parallel degree = experts) and
-// every tensor degree up to largest.max_tp that lays it out; the one with the most parameters
+// every tensor degree up to largest.max_tp that lays it out (TED; DeepSpeed-MoE has none) and,
+// as the paper's rule, stays inside a node of run.cluster; the one with the most parameters
 // whose projected peak fits memory.budget_bytes (ties: the smaller peak). When none fits, the
 // candidate with the smallest peak, so its row says by how much.
 Plan largest_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
@@ -624,6 +628,9 @@ Plan largest_plan(const ExperimentConfig& config, const std::string& where, int 
     throw ConfigError(where + ": keys 'largest.*' need the base models in 'family.*'");
   const auto models = family_models(config, where);
   const auto budget = static_cast<std::uint64_t>(config.budget_bytes);
+  int max_tp = config.largest_max_tp;
+  if (!config.train.run.cluster.empty())
+    max_tp = std::min(max_tp, projection::Cluster::load(config.train.run.cluster).devices_per_node);
   Plan plan;
   for (int gpus : config.largest_gpus) {
     if (gpus > world_size) {
@@ -641,7 +648,7 @@ Plan largest_plan(const ExperimentConfig& config, const std::string& where, int 
       } fitting, smallest;
       for (const auto& base : models)
         for (int experts = 2; experts <= config.largest_max_experts; experts *= 2)
-          for (int tp = 1; tp <= (system.tensor_parallel ? config.largest_max_tp : 1); ++tp) {
+          for (int tp = 1; tp <= (system.tensor_parallel ? max_tp : 1); ++tp) {
             if (gpus % (tp * experts) != 0) continue;
             train::TrainConfig train = base;
             train.model.gate.experts = experts;

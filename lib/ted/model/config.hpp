@@ -23,6 +23,10 @@ struct ModelConfig {
   // log-sum-exp kept) or "materialized" (the [seq, seq] probabilities kept per head, as the
   // Megatron of the paper's time did; what the memory experiment and projection can model).
   std::string attention = "fused";
+  // Parameter gradients (training.grad_dtype): "fp32", the master type; or the storage type
+  // (bf16, fp16; the model checks it is its own), as DeepSpeed's fp16 ZeRO-1 keeps them:
+  // 16-bit, accumulated once per micro-batch and reduced in 16-bit.
+  std::string grad_dtype = "fp32";
   std::uint64_t seed = 1234;
   double init_std = 0.02;
 

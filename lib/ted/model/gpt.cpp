@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "ted/backend/memory.hpp"
 #include "ted/backend/registry.hpp"
@@ -44,6 +45,14 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
   check_layout(config_, T_, Ep_, parallel_.dtd, parallel_.reduce_scatter, parallel_.cac,
                parallel_.cac_all_reduce);
+  // 16-bit gradients are the weights' own type (the kernels round once into it); a library
+  // user who builds the model directly gets the trainer's rule.
+  const bool storage_gradients = config_.grad_dtype != "fp32";
+  if (storage_gradients &&
+      (std::is_same_v<T, M> || parse_dtype(config_.grad_dtype) != dtype_of<T>::value))
+    throw ConfigError("training.grad_dtype must be fp32 or the storage type run.dtype (" +
+                      std::string(to_string(dtype_of<T>::value)) + "), got '" + config_.grad_dtype +
+                      "'");
   const int h = config_.hidden, f = config_.ffn(), E = config_.gate.experts;
 
   // Shards: column-parallel tensors keep columns t of T, row-parallel ones rows t of T; experts
@@ -74,6 +83,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   for (int l = 0; l < config_.layers; ++l) {
     std::string p = "block" + std::to_string(l) + ".";
     BlockIds ids{};
+    ids.first_param = static_cast<int>(params_.specs().size());
     ids.ln1_g = add(p + "ln1.g", {h}, ParamInit::ones, false);
     ids.ln1_b = add(p + "ln1.b", {h}, ParamInit::zeros, false);
     ids.qkv_w = add(p + "attn.qkv.w", {h, 3 * h}, ParamInit::normal, true, {all, qkv_cols});
@@ -96,13 +106,14 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
       ids.fc2_w = add(p + "ffn.fc2.w", {f, h}, ParamInit::normal, true, {part(f)});
       ids.fc2_b = add(p + "ffn.fc2.b", {h}, ParamInit::zeros, false);
     }
+    ids.end_param = static_cast<int>(params_.specs().size());
     blocks_.push_back(ids);
   }
   lnf_g_ = add("lnf.g", {h}, ParamInit::ones, false);
   lnf_b_ = add("lnf.b", {h}, ParamInit::zeros, false);
   lm_head_ = add("lm_head.w", {h, config_.vocab}, ParamInit::normal, true);
-  params_.allocate(*ops_, config_.seed, config_.init_std, parallel_.dense_pad,
-                   parallel_.expert_pad);
+  params_.allocate(*ops_, config_.seed, config_.init_std, parallel_.dense_pad, parallel_.expert_pad,
+                   storage_gradients);
 }
 
 template <typename T>
@@ -260,6 +271,7 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   auto& P = params_;
   Ops<T>& ops = *ops_;
   const T* x = a.input.data();
+  P.open_stage(ids.first_param, ids.end_param);  // 16-bit gradients: the block's, in fp32
 
   Tensor<T> d_ln2 = zeros<T>(device_, Nh);
   if (ids.moe) {  // its input gradient comes out whole: the layer reduces it internally
@@ -303,6 +315,7 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   device_.copy(d_in, d_mid.data(), Nh * sizeof(T));  // residual
   ops.layernorm_backward(x, P.value(ids.ln1_g), a.ln1_mean.data(), a.ln1_rstd.data(), d_ln1.data(),
                          d_in, P.grad(ids.ln1_g), P.grad(ids.ln1_b), N, h);
+  P.close_stage();
 }
 
 template <typename T>
@@ -365,6 +378,7 @@ void GptModel<T>::backward(M loss_scale) {
   Ops<T>& ops = *ops_;
   // The logits' gradient replaces them, with the loss scale inside (fp16 holds it scaled).
   T* d_logits = logits_.data();
+  params_.open_stage(lnf_g_, lm_head_ + 1);  // 16-bit gradients: the head's, in fp32
   ops.cross_entropy_backward(logits_.data(), target_ids_.data(), log_sum_.data(), d_logits, tokens_,
                              V, loss_scale);
   Tensor<T> d_lnf = zeros<T>(device_, Nh);
@@ -374,6 +388,7 @@ void GptModel<T>::backward(M loss_scale) {
   ops.layernorm_backward(final_input_.data(), params_.value(lnf_g_), lnf_mean_.data(),
                          lnf_rstd_.data(), d_lnf.data(), d_x.data(), params_.grad(lnf_g_),
                          params_.grad(lnf_b_), tokens_, h);
+  params_.close_stage();
   for (int l = config_.layers - 1; l >= 0; --l) {
     if (config_.checkpoint) {  // recompute the block's internals from its input
       Tensor<T> scratch(device_, Nh);
@@ -385,8 +400,10 @@ void GptModel<T>::backward(M loss_scale) {
     acts_[l] = BlockActs{};
     std::swap(d_x, d_prev);
   }
+  params_.open_stage(tok_emb_, pos_emb_ + 1);
   ops.embedding_backward(token_ids_.data(), d_x.data(), params_.grad(tok_emb_),
                          params_.grad(pos_emb_), tokens_, S, h);
+  params_.close_stage();
   acts_.clear();
   logits_ = Tensor<T>();
   log_sum_ = Tensor<M>();

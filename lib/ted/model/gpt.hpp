@@ -6,7 +6,8 @@
 // One model for every backend and precision: it runs on the device it is given through that
 // backend's kernel table (backend/ops.hpp) and never touches a buffer element. T is the storage
 // type of activations and weight copies: float (the reference), double (the gradient checks),
-// BFloat16 or Half (mixed precision: gradients stay in the master type, fp32). Split over a TED
+// BFloat16 or Half (mixed precision: gradients in the master type, fp32, or with
+// grad_dtype = the storage type 16-bit, staged a group of tensors at a time). Split over a TED
 // grid (ModelParallel) it runs Megatron tensor parallelism and the MoE exchange.
 // With checkpointing a block keeps only its input and recomputes the rest in backward, through
 // the same code, so results are bit-identical.
@@ -100,6 +101,7 @@ class GptModel {
     int fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;           // dense FFN
     int gate_w = -1, e_w1 = -1, e_b1 = -1, e_w2 = -1, e_b2 = -1;  // MoE FFN
     bool moe = false;
+    int first_param = 0, end_param = 0;  // the block's tensors: ids first_param .. end_param - 1
   };
   struct BlockActs {
     Tensor<T> input;                           // the checkpoint: always kept

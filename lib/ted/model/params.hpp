@@ -5,8 +5,11 @@
 // alone and equal the same elements of the whole.
 //
 // Precision: the values are T, what the kernels read (fp32, fp64, or the bf16/fp16 copy of
-// mixed precision, whose fp32 master the optimizer keeps); the gradients are always the master
-// type (fp32, or fp64 for fp64).
+// mixed precision, whose fp32 master the optimizer keeps). The gradients are the master type
+// (fp32, or fp64 for fp64), or with 16-bit gradients (training.grad_dtype = the storage type,
+// DeepSpeed's fp16 ZeRO-1) T: then the kernels, which accumulate in the master type, write a
+// group of tensors' gradients of one micro-batch into an fp32 stage (open_stage), and
+// close_stage adds it into the 16-bit buffer, rounded once, and frees it.
 #pragma once
 
 #include <cstdint>
@@ -69,28 +72,55 @@ class ParamSet {
  public:
   using M = master_t<T>;
   int add(ParamSpec spec) { return layout_.add(std::move(spec)); }
-  // Lays out the flat buffers, allocates values and zeroed gradients on the ops' device and
-  // initialises the values there (padding stays 0).
+  // Lays out the flat buffers, allocates values and zeroed gradients (of T when
+  // storage_gradients, else of M) on the ops' device and initialises the values there (padding
+  // stays 0).
   void allocate(Ops<T>& ops, std::uint64_t seed, double init_std, std::size_t dense_pad = 1,
-                std::size_t expert_pad = 1);
+                std::size_t expert_pad = 1, bool storage_gradients = false);
 
   T* value(int id) { return values_.data() + layout_.specs()[id].offset; }
   const T* value(int id) const { return values_.data() + layout_.specs()[id].offset; }
-  M* grad(int id) { return grads_.data() + layout_.specs()[id].offset; }
+  // Where the kernels accumulate tensor id's gradient (master type): the gradient buffer, or
+  // with 16-bit gradients the open stage, which must hold id.
+  M* grad(int id);
+  // 16-bit gradients: an fp32 stage for the tensors first .. end - 1 (ids), zeroed (one stage
+  // at a time); close_stage adds it into the gradient buffer and frees it. No-ops with gradients
+  // in the master type.
+  void open_stage(int first, int end);
+  void close_stage();
+  bool storage_gradients() const { return storage_gradients_; }
+  // The flat gradient buffer and its element type (M, or T with 16-bit gradients).
+  void* gradient_data() {
+    return storage_gradients_ ? static_cast<void*>(low_grads_.data())
+                              : static_cast<void*>(grads_.data());
+  }
+  DataType gradient_type() const {
+    return storage_gradients_ ? dtype_of<T>::value : dtype_of<M>::value;
+  }
   const ParamLayout& layout() const { return layout_; }
   const std::vector<ParamSpec>& specs() const { return layout_.specs(); }
   std::size_t total() const { return layout_.total(); }
   std::pair<std::size_t, std::size_t> range(ParamKind kind) const { return layout_.range(kind); }
   Tensor<T>& values() { return values_; }
   const Tensor<T>& values() const { return values_; }
+  // The gradients in the master type (empty with 16-bit gradients).
   Tensor<M>& grads() { return grads_; }
   const Tensor<M>& grads() const { return grads_; }
   void zero_grads();
 
  private:
+  struct StageRun {  // a run of contiguous tensors of the flat buffers in the stage
+    std::size_t offset, size, at;
+  };
   ParamLayout layout_;
   Tensor<T> values_;
   Tensor<M> grads_;
+  Tensor<T> low_grads_;  // 16-bit gradients
+  bool storage_gradients_ = false;
+  Tensor<M> stage_;
+  std::vector<std::size_t> stage_at_;  // per tensor id: its place in the stage (npos: not in it)
+  std::vector<StageRun> stage_runs_;
+  Ops<T>* ops_ = nullptr;
   Device* device_ = nullptr;
 };
 

@@ -157,9 +157,13 @@ double memory_bound_bytes(const StepShape& s) {
   pass(2, 2, w * d.N * d.V);  // the loss: log-sum-exp over the logits | its gradient
   const double recompute = m.checkpoint ? layers_fwd : 0;
   // Weight gradients accumulate into the master-type buffers once per micro-batch (read and
-  // write every element of this rank's gradients).
+  // write every element of this rank's gradients). 16-bit gradients: into a zeroed fp32 stage
+  // (written, read and written), which is then read and added into the 16-bit gradient (read and
+  // written).
   const ParameterParts parts = parameter_parts(m, s.layout, d.split);
-  const double accumulate = 2 * mw * static_cast<double>(parts.dense + parts.expert);
+  const double gw = static_cast<double>(s.grad_bytes());
+  const double per_gradient = s.storage_gradients() ? 4 * mw + 2 * gw : 2 * mw;
+  const double accumulate = per_gradient * static_cast<double>(parts.dense + parts.expert);
   return (forward + recompute + backward + accumulate) * s.micro_batches;
 }
 
@@ -173,14 +177,16 @@ double optimizer_bytes(const StepShape& s) {
   const double mine =
       static_cast<double>(parts.dense) / dense_n + static_cast<double>(parts.expert) / expert_n;
   const double w = static_cast<double>(s.element_bytes), mw = static_cast<double>(s.master_bytes());
+  const double gw = static_cast<double>(s.grad_bytes());
   const bool mixed = w < mw;
-  // Per element of this rank's shard: the norm reads the gradient; the temporary copy reads it
-  // and writes the copy (unscaled, clipped); Adam reads the copy, m, v (and the fp32 master in
-  // mixed precision) and writes them back; the kernels' weights are written in their type.
+  // Per element of this rank's shard: the norm reads the gradient (in its type); the temporary
+  // copy reads it and writes the copy (fp32, unscaled, clipped); Adam reads the copy, m, v (and
+  // the fp32 master in mixed precision) and writes them back; the kernels' weights are written
+  // in their type.
   const double state = (mixed ? 3 : 2) * mw;
-  const double per_element = mw + 2 * mw + (mw + 2 * state) + w;
+  const double per_element = gw + (gw + mw) + (mw + 2 * state) + w;
   // Zeroing every gradient of the rank for the next step.
-  const double zero = mw * static_cast<double>(parts.dense + parts.expert);
+  const double zero = gw * static_cast<double>(parts.dense + parts.expert);
   return per_element * mine + zero;
 }
 

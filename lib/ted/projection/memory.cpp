@@ -12,7 +12,7 @@ MemoryEstimate step_memory(const StepShape& s) {
   const auto& p = s.parallel;
   // Bytes of an element: activations and weight copies (w), gradients, master weights, Adam
   // state and the kernels' fp32 statistics (mw: fp32 in mixed precision), token ids (iw).
-  const std::uint64_t w = s.element_bytes, mw = s.master_bytes(), iw = 4;
+  const std::uint64_t w = s.element_bytes, mw = s.master_bytes(), gw = s.grad_bytes(), iw = 4;
   const std::uint64_t T = s.layout.tensor, Ep = s.layout.expert, D = s.layout.data;
   const bool distributed = s.layout.world_size() > 1;
   const std::uint64_t B = s.micro_batch, S = m.seq_len, N = B * S, h = m.hidden;
@@ -42,9 +42,9 @@ MemoryEstimate step_memory(const StepShape& s) {
     e.peak[static_cast<std::size_t>(c)] = bytes;
   };
 
-  // Parameters (the weights the kernels read), gradients (master type), Adam state (m and v,
-  // and in mixed precision the fp32 master of the elements this rank updates), the optimizer's
-  // temporary tile (master type).
+  // Parameters (the weights the kernels read), gradients (master type, or 16-bit), Adam state
+  // (m and v, and in mixed precision the fp32 master of the elements this rank updates), the
+  // optimizer's temporary tile (master type).
   const ParameterParts parts = parameter_parts(m, s.layout, split);
   const std::uint64_t dense_n = distributed && p.zero1 ? Ep * D : 1;
   const std::uint64_t expert_n = distributed && p.zero1 ? D : 1;
@@ -52,17 +52,38 @@ MemoryEstimate step_memory(const StepShape& s) {
   const std::uint64_t largest_mine = std::max(dense_mine, expert_mine);
   const bool mixed = w < mw;
   set(MemoryCategory::parameters, w * (parts.dense + parts.expert));
-  set(MemoryCategory::gradients, mw * (parts.dense + parts.expert));
+  // 16-bit gradients: the kernels accumulate one group's gradients of a micro-batch in an fp32
+  // stage (model/params.hpp), one group at a time: the head (final LayerNorm, LM head), each
+  // block, the embeddings.
+  const bool staging = s.storage_gradients();
+  std::vector<std::uint64_t> block_stage(static_cast<std::size_t>(m.layers), 0);
+  const std::uint64_t head_stage = staging ? mw * (2 * h + h * V) : 0;
+  const std::uint64_t embedding_stage = staging ? mw * (V * h + S * h) : 0;
+  std::uint64_t largest_stage = std::max(head_stage, embedding_stage);
+  for (int l = 0; l < m.layers && staging; ++l) {
+    const ParameterParts block = block_parameters(m, s.layout, split, l);
+    block_stage[static_cast<std::size_t>(l)] = mw * (block.dense + block.expert);
+    largest_stage = std::max(largest_stage, block_stage[static_cast<std::size_t>(l)]);
+  }
+  const std::uint64_t gradients = gw * (parts.dense + parts.expert);
+  set(MemoryCategory::gradients, gradients + largest_stage);
   set(MemoryCategory::optimizer_state, (mixed ? 3 : 2) * mw * (dense_mine + expert_mine));
   set(MemoryCategory::optimizer_temporaries,
       mw * (p.tile_elems > 0 ? std::min<std::uint64_t>(p.tile_elems, largest_mine) : largest_mine));
 
   // Activations: replay the model's allocations in order (gpt.cpp, moe.cpp), in bytes, and
-  // keep the peak.
+  // keep the peak; and the peak of the activations with the gradient stage open beside them.
   struct Replay {
-    std::uint64_t current = 0, peak = 0;
-    void take(std::uint64_t n) { peak = std::max(peak, current += n); }
+    std::uint64_t current = 0, peak = 0, staged = 0, peak_staged = 0;
+    void take(std::uint64_t n) {
+      peak = std::max(peak, current += n);
+      peak_staged = std::max(peak_staged, current + staged);
+    }
     void give(std::uint64_t n) { current -= n; }
+    void stage(std::uint64_t n) {  // opens (n > 0) or closes (0) a gradient stage
+      staged = n;
+      peak_staged = std::max(peak_staged, current + staged);
+    }
   } a;
   // One gating group's routing (kept with the layer's activations): probs, gate values and
   // weights in the master type, experts and slots as int32, counts, the aux loss.
@@ -97,7 +118,9 @@ MemoryEstimate step_memory(const StepShape& s) {
   a.take(w * X + mw * 2 * N);  // final LayerNorm
   a.take(w * N * V + mw * N);  // logits (backward turns them into their gradient in place),
                                // and each row's log-sum-exp
-  a.take(w * 3 * X);           // d_lnf, d_x, d_prev
+  a.stage(head_stage);
+  a.take(w * 3 * X);  // d_lnf, d_x, d_prev
+  a.stage(0);
   for (int l = m.layers - 1; l >= 0; --l) {
     const bool moe = m.is_moe(l);
     if (m.checkpoint) {
@@ -105,6 +128,7 @@ MemoryEstimate step_memory(const StepShape& s) {
       internals[static_cast<std::size_t>(l)] = block_forward(moe);
       a.give(w * X);
     }
+    a.stage(block_stage[static_cast<std::size_t>(l)]);
     a.take(w * X);  // d_ln2
     if (moe) {
       // d_returned, the combine weights' gradient, d_out, d_in, then inside the experts'
@@ -122,8 +146,11 @@ MemoryEstimate step_memory(const StepShape& s) {
     }
     a.take(w * (X + N * hl + 3 * N * hl + X));  // d_mid, d_att, d_qkv, d_ln1
     a.give(w * (X + X + N * hl + 3 * N * hl + X));
+    a.stage(0);
     a.give(internals[static_cast<std::size_t>(l)] + w * X);  // the block's activations, input
   }
+  a.stage(embedding_stage);
+  a.stage(0);
   set(MemoryCategory::activations, a.peak);
 
   // CAC: every MoE layer's all-to-all outputs (and the all-reduce outputs) until its backward.
@@ -141,7 +168,7 @@ MemoryEstimate step_memory(const StepShape& s) {
   set(MemoryCategory::cac_stash, w * stash);
 
   // Communication buffers: the MoE exchange's (forward and backward, in the storage type) and
-  // the optimizer's (its gradient shards in the master type, then one part's updated weights).
+  // the optimizer's (its gradient shards in the gradient type, then one part's updated weights).
   std::uint64_t exchange = 0;
   bool any_moe = false;
   for (int l = 0; l < m.layers; ++l) any_moe |= m.is_moe(l);
@@ -155,15 +182,15 @@ MemoryEstimate step_memory(const StepShape& s) {
     exchange = w * std::max(fwd, bwd);
   }
   std::uint64_t optimizer = 0;
-  if (distributed && p.zero1) optimizer = mw * (dense_mine + expert_mine) + w * largest_mine;
+  if (distributed && p.zero1) optimizer = gw * (dense_mine + expert_mine) + w * largest_mine;
   set(MemoryCategory::communication, std::max(exchange, optimizer));
 
   for (auto bytes : e.peak) e.upper_bound += bytes;
-  const std::uint64_t training = e.of(MemoryCategory::activations) +
-                                 e.of(MemoryCategory::cac_stash) + exchange,
+  // The gradient stages belong to the training phase (a.peak_staged), not to the persistent state.
+  const std::uint64_t training = a.peak_staged + e.of(MemoryCategory::cac_stash) + exchange,
                       stepping = e.of(MemoryCategory::optimizer_temporaries) + optimizer;
-  e.total = e.of(MemoryCategory::parameters) + e.of(MemoryCategory::gradients) +
-            e.of(MemoryCategory::optimizer_state) + std::max(training, stepping);
+  e.total = e.of(MemoryCategory::parameters) + gradients + e.of(MemoryCategory::optimizer_state) +
+            std::max(training, stepping);
   return e;
 }
 

@@ -48,27 +48,36 @@ class Recorder {
 
 }  // namespace
 
-ParameterParts parameter_parts(const model::ModelConfig& m, const Layout& layout,
-                               bool split_experts) {
+ParameterParts block_parameters(const model::ModelConfig& m, const Layout& layout,
+                                bool split_experts, int layer) {
   const std::uint64_t h = m.hidden, f = m.ffn(), T = layout.tensor, E = m.gate.experts;
   const std::uint64_t El = E / layout.expert, fl = split_experts ? f / T : f;
-  std::uint64_t dense =
-      static_cast<std::uint64_t>(m.vocab) * h + static_cast<std::uint64_t>(m.seq_len) * h;
-  std::uint64_t expert = 0;
-  for (int l = 0; l < m.layers; ++l) {
-    dense += 4 * h;                      // two LayerNorms
-    dense += h * 3 * h / T + 3 * h / T;  // qkv (column-parallel)
-    dense += h / T * h + h;              // proj (row-parallel) and its bias
-    if (m.is_moe(l)) {
-      dense += h * E;  // gate (replicated)
-      expert += El * (h * fl + fl + fl * h + h);
-    } else {
-      dense += h * (f / T) + f / T + (f / T) * h + h;  // fc1, fc2 and biases
-    }
+  ParameterParts block;
+  block.dense += 4 * h;                      // two LayerNorms
+  block.dense += h * 3 * h / T + 3 * h / T;  // qkv (column-parallel)
+  block.dense += h / T * h + h;              // proj (row-parallel) and its bias
+  if (m.is_moe(layer)) {
+    block.dense += h * E;  // gate (replicated)
+    block.expert += El * (h * fl + fl + fl * h + h);
+  } else {
+    block.dense += h * (f / T) + f / T + (f / T) * h + h;  // fc1, fc2 and biases
   }
-  dense += 2 * h + h * static_cast<std::uint64_t>(m.vocab);  // final LayerNorm, LM head
-  return {padded(dense, static_cast<std::uint64_t>(layout.expert) * layout.data),
-          padded(expert, static_cast<std::uint64_t>(layout.data))};
+  return block;
+}
+
+ParameterParts parameter_parts(const model::ModelConfig& m, const Layout& layout,
+                               bool split_experts) {
+  const std::uint64_t h = m.hidden, V = m.vocab;
+  ParameterParts parts;
+  parts.dense = V * h + static_cast<std::uint64_t>(m.seq_len) * h;  // the embeddings
+  for (int l = 0; l < m.layers; ++l) {
+    const ParameterParts block = block_parameters(m, layout, split_experts, l);
+    parts.dense += block.dense;
+    parts.expert += block.expert;
+  }
+  parts.dense += 2 * h + h * V;  // final LayerNorm, LM head
+  return {padded(parts.dense, static_cast<std::uint64_t>(layout.expert) * layout.data),
+          padded(parts.expert, static_cast<std::uint64_t>(layout.data))};
 }
 
 StepTraffic step_traffic(const StepShape& s) {
@@ -131,12 +140,13 @@ StepTraffic step_traffic(const StepShape& s) {
   }
   if (!distributed) return r.result();
 
-  // Gradients, in the master type: unsplit experts summed over the tensor group, then each part
-  // over its data group (reduce-scatter + all-gather of the updated weights, in the storage
-  // type, with ZeRO-1; else all-reduce). The step's scalars (losses, norm, overflow flag) go
-  // over the host control communicators, which the ledger does not record.
+  // Gradients, in their type (the master type, or 16-bit: grad_bytes): unsplit experts summed
+  // over the tensor group, then each part over its data group (reduce-scatter + all-gather of
+  // the updated weights, in the storage type, with ZeRO-1; else all-reduce). The step's scalars
+  // (losses, norm, overflow flag) go over the host control communicators, which the ledger does
+  // not record.
   const ParameterParts parts = parameter_parts(m, s.layout, split);
-  Recorder g(s.master_bytes());
+  Recorder g(s.grad_bytes());
   if (!split) g.all_reduce(tensor, parts.expert);
   const std::pair<GroupKind, std::pair<std::uint64_t, int>> data_parts[] = {
       {GroupKind::nonexpert_data, {parts.dense, Ep * D}},

@@ -5,7 +5,8 @@
 //
 // Assumes a gating capacity computed from the formula (not dropless: there it depends on the
 // data), one gating group per micro-batch (the trainer's rule), and fp32 elements unless
-// element_bytes says otherwise (then gradients stay fp32: mixed precision).
+// element_bytes says otherwise (mixed precision: gradients fp32, or 16-bit with
+// model.grad_dtype = the storage type).
 #pragma once
 
 #include <array>
@@ -25,9 +26,13 @@ struct StepShape {
   Layout layout;
   train::ParallelConfig parallel;
   // Activations and the weight copies the kernels read: 4 (fp32) or 2 (bf16, fp16: mixed
-  // precision, whose gradients, master weights and Adam state stay fp32).
+  // precision, whose master weights and Adam state stay fp32).
   std::size_t element_bytes = 4;
   std::size_t master_bytes() const { return element_bytes < 4 ? 4 : element_bytes; }
+  // Parameter gradients: the master type, or the storage type when model.grad_dtype names it
+  // (16-bit gradients, reduced in 16-bit).
+  bool storage_gradients() const { return model.grad_dtype != "fp32" && element_bytes < 4; }
+  std::size_t grad_bytes() const { return storage_gradients() ? element_bytes : master_bytes(); }
 };
 
 // Elements of the flat parameter buffers on one rank: the dense part and the expert part, each
@@ -38,6 +43,10 @@ struct ParameterParts {
 };
 ParameterParts parameter_parts(const model::ModelConfig& model, const Layout& layout,
                                bool split_experts);
+// The elements of one block's tensors on one rank (unpadded): what a 16-bit gradient run stages
+// in fp32 during that block's backward.
+ParameterParts block_parameters(const model::ModelConfig& model, const Layout& layout,
+                                bool split_experts, int layer);
 
 struct Traffic {
   std::uint64_t calls = 0;

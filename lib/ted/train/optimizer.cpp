@@ -94,9 +94,23 @@ AdamW<T>::AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Ops<T
 
 template <typename T>
 OptimizerStep AdamW<T>::step(int step, int total_steps, double loss_scale, bool check_overflow) {
-  M* grads = params_.grads().data();
+  if (params_.storage_gradients()) {
+    if constexpr (!std::is_same_v<T, M>)
+      return step_with<T>(static_cast<T*>(params_.gradient_data()), step, total_steps, loss_scale,
+                          check_overflow);
+  }
+  return step_with<M>(params_.grads().data(), step, total_steps, loss_scale, check_overflow);
+}
+
+// The step with gradients of type G: M, or T (16-bit gradients, reduced in 16-bit and widened a
+// tile at a time).
+template <typename T>
+template <typename G>
+OptimizerStep AdamW<T>::step_with(G* grads, int step, int total_steps, double loss_scale,
+                                  bool check_overflow) {
   T* values = params_.values().data();
-  const DataType grad_type = dtype_of<M>::value, value_type = dtype_of<T>::value;
+  const DataType grad_type = dtype_of<G>::value, value_type = dtype_of<T>::value;
+  const DataType master_type = dtype_of<M>::value;
   OptimizerStep result;
 
   // 1. Sum the gradients over each part's data group (reduce-scatter: only my shard); whole
@@ -105,13 +119,13 @@ OptimizerStep AdamW<T>::step(int step, int total_steps, double loss_scale, bool 
     auto [begin, size] = params_.range(model::ParamKind::expert);
     parallel_.expert_tensor_group->all_reduce(grads + begin, grads + begin, size, grad_type);
   }
-  std::vector<Tensor<M>> shard_grads(parts_.size());
+  std::vector<Tensor<G>> shard_grads(parts_.size());
   MemoryScope communication(device_, MemoryCategory::communication);
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     Part& part = parts_[i];
     if (!part.group) continue;
     if (parallel_.zero1) {
-      shard_grads[i] = Tensor<M>(device_, part.count);
+      shard_grads[i] = Tensor<G>(device_, part.count);
       part.group->reduce_scatter(grads + part.begin, shard_grads[i].data(), part.count, grad_type);
     } else {
       part.group->all_reduce(grads + part.begin, grads + part.begin, part.size, grad_type);
@@ -130,10 +144,12 @@ OptimizerStep AdamW<T>::step(int step, int total_steps, double loss_scale, bool 
   if (probe_) {
     std::vector<GradientShard> shards;
     for (std::size_t i = 0; i < parts_.size(); ++i) {
-      std::vector<M> host(parts_[i].count);
-      device_.copy_to_host(host.data(), grad_of(i), host.size() * sizeof(M));
-      shards.push_back(
-          {parts_[i].kind, parts_[i].mine, std::vector<double>(host.begin(), host.end())});
+      std::vector<G> host(parts_[i].count);
+      device_.copy_to_host(host.data(), grad_of(i), host.size() * sizeof(G));
+      std::vector<double> widened(host.size());
+      for (std::size_t k = 0; k < host.size(); ++k)
+        widened[k] = static_cast<double>(widen(host[k]));
+      shards.push_back({parts_[i].kind, parts_[i].mine, std::move(widened)});
     }
     probe_(shards);
   }
@@ -178,7 +194,7 @@ OptimizerStep AdamW<T>::step(int step, int total_steps, double loss_scale, bool 
   without_decay.weight_decay = M(0);
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     Part& part = parts_[i];
-    const M* g = grad_of(i);
+    const G* g = grad_of(i);
     M* master = master_of(i);
     std::size_t tile =
         parallel_.tile_elems ? parallel_.tile_elems : std::max<std::size_t>(part.count, 1);
@@ -187,7 +203,7 @@ OptimizerStep AdamW<T>::step(int step, int total_steps, double loss_scale, bool 
       const std::size_t last = std::min(first + tile, part.count);
       MemoryScope temporaries(device_, MemoryCategory::optimizer_temporaries);
       Tensor<M> work(device_, last - first);  // the tile's unscaled, clipped gradient
-      ops_.scale_copy(g + first, work.data(), last - first, scale);
+      ops_.scale_copy(g + first, grad_type, work.data(), last - first, scale);
       while (run != part.runs.end() && run->end <= first) ++run;
       for (auto r = run; r != part.runs.end() && r->begin < last; ++r) {
         const std::size_t a = std::max(r->begin, first), b = std::min(r->end, last);
@@ -195,7 +211,7 @@ OptimizerStep AdamW<T>::step(int step, int total_steps, double loss_scale, bool 
                    b - a, r->decay ? with_decay : without_decay);
       }
       if constexpr (!std::is_same_v<T, M>)
-        ops_.convert(master + first, grad_type, values + part.mine + first, value_type,
+        ops_.convert(master + first, master_type, values + part.mine + first, value_type,
                      last - first);
     }
   }

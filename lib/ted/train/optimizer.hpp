@@ -10,10 +10,13 @@
 // gradient copy (the unscaled and clipped fp32 gradient) is bounded by a tile. The clipping
 // norm counts every distinct element of the model once.
 //
-// Mixed precision (T = bf16 or fp16): the gradients are fp32 already; the optimizer keeps the
-// fp32 master of the elements it updates (its ZeRO-1 shard) next to Adam's m and v, updates it
-// and writes the 16-bit copy the kernels read, which is what the all-gather then moves. In fp32
-// the values are the master. Every element is touched through the backend's kernels.
+// Mixed precision (T = bf16 or fp16): the optimizer keeps the fp32 master of the elements it
+// updates (its ZeRO-1 shard) next to Adam's m and v, updates it and writes the 16-bit copy the
+// kernels read, which is what the all-gather then moves. In fp32 the values are the master.
+// Gradients are fp32, or with 16-bit gradients (ParamSet::storage_gradients, DeepSpeed's fp16
+// ZeRO-1) T: reduced (reduce-scattered) in T, and widened to fp32 only in the step's tile, so
+// fp32 exists only for this rank's shard (master, m, v) and one tile of gradient. Every element
+// is touched through the backend's kernels.
 #pragma once
 
 #include <functional>
@@ -87,6 +90,10 @@ class AdamW {
   }
 
  private:
+  template <typename G>
+  OptimizerStep step_with(G* grads, int step, int total_steps, double loss_scale,
+                          bool check_overflow);
+
   struct Run {  // elements [begin, end) of a part's shard, relative to its first
     std::size_t begin, end;
     bool decay;

@@ -7,7 +7,8 @@
 //   optimizer: lr min_lr warmup_steps weight_decay beta1 beta2 eps grad_clip
 //   data:      source (synthetic | file) path token_bytes (2 | 4) noise micro_batch
 //              micro_batches
-//   training:  steps seed log_every csv
+//   training:  steps seed log_every csv grad_dtype (fp32 | run.dtype: 16-bit gradients, reduced
+//              in 16-bit, as DeepSpeed's fp16 ZeRO-1)
 //   parallel:  tp ep dp (0: ranks / (tp * ep)) dtd cac reduce_scatter zero1 tile_elems
 //              split_experts cac_all_reduce
 //   run:       backend (cpu | cuda) dtype (fp32 | bf16 | fp16) comm (mpi | nccl) loss_scale

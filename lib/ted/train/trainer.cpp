@@ -119,7 +119,8 @@ class TypedCore final : public Trainer::Core {
     record.lm_loss /= global_micro;
     record.aux_loss /= global_micro;
     record.loss = record.lm_loss + config_.model.gate.aux_coeff * record.aux_loss;
-    if (before_update) before_update(step, model_.params().grads().data(), dtype_of<M>::value);
+    if (before_update)
+      before_update(step, model_.params().gradient_data(), model_.params().gradient_type());
     optimizer_.set_gradient_probe(probe);
     const OptimizerStep result = optimizer_.step(step, config_.steps, record.loss_scale, scaling_);
     if (scaling_) scaler_.update(!result.applied);

@@ -7,9 +7,10 @@
 // it is global sample (step x micro_batches x DP + g) x micro_batch + s: a single process with
 // micro_batches x DP micro-batches sees exactly the same data.
 //
-// The model runs on the device it is given, in run.dtype (fp32; or bf16/fp16 with fp32 masters,
-// gradients and Adam state); fp16 scales the loss dynamically (loss_scaler.hpp), and a step
-// whose gradients overflow on any rank is skipped on every rank. Losses and the other scalars
+// The model runs on the device it is given, in run.dtype (fp32; or bf16/fp16 with fp32 masters
+// and Adam state, and gradients in fp32 or, with training.grad_dtype = run.dtype, in 16-bit as
+// DeepSpeed's fp16 ZeRO-1 keeps them); fp16 scales the loss dynamically (loss_scaler.hpp), and a
+// step whose gradients overflow on any rank is skipped on every rank. Losses and the other scalars
 // travel on the groups' host control communicators.
 #pragma once
 
@@ -57,7 +58,8 @@ class Trainer {
 
   // Test hooks. The probe sees host copies of the reduced gradient shards before each update;
   // before_update(step, grads) runs after backward, with the rank's flat gradient buffer (on
-  // the device, in the master type) before any reduction.
+  // the device, in the gradient type: the master type, or run.dtype with 16-bit gradients)
+  // before any reduction.
   void set_gradient_probe(std::function<void(const std::vector<GradientShard>&)> probe);
   void set_before_update(std::function<void(int step, void* grads, DataType dtype)> hook);
 

@@ -131,6 +131,13 @@ class CpuOps final : public Ops<T> {
     kc::add_bias_residual<C>(yc, b, r, rows, width);
   }
 
+  void accumulate(const M* g, T* grad, std::size_t count) override {
+    TED_OP_TIMER(__func__);
+    parallel_for(static_cast<std::int64_t>(count), [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t i = first; i < last; ++i) grad[i] = narrow<T>(widen(grad[i]) + g[i]);
+    });
+  }
+
   // Through double: exact for every pair the model converts (fp32 <-> fp64, and 16-bit <-> fp32,
   // whose round trip through double is exact), with the shared rounding of core/dtype.hpp.
   void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
@@ -479,9 +486,12 @@ class CpuOps final : public Ops<T> {
     side_by_side(static_cast<std::size_t>(experts), expert);
   }
 
-  void scale_copy(const M* g, M* out, std::size_t count, M scale) override {
+  void scale_copy(const void* g, DataType g_type, M* out, std::size_t count, M scale) override {
     TED_OP_TIMER(__func__);
-    for (std::size_t k = 0; k < count; ++k) out[k] = g[k] * scale;
+    with_typed(g, g_type, [&](auto* typed) {
+      for (std::size_t k = 0; k < count; ++k) out[k] = static_cast<M>(widen(typed[k])) * scale;
+      return 0;
+    });
   }
 
   void adamw(M* value, M* m, M* v, const M* g, std::size_t count,

@@ -40,6 +40,9 @@ class CudaOps final : public Ops<T> {
   void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int width) override {
     kc::add_bias_residual<T>(ctx_, y, bias, residual, rows, width);
   }
+  void accumulate(const M* g, T* grad, std::size_t count) override {
+    kc::accumulate<T>(ctx_, g, grad, count);
+  }
   void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
                std::size_t count) override {
     with_typed(src, src_type, [&](auto* in) {
@@ -157,8 +160,11 @@ class CudaOps final : public Ops<T> {
                             experts, rows, h, f);
   }
 
-  void scale_copy(const M* g, M* out, std::size_t count, M scale) override {
-    kc::scale_copy(ctx_, g, out, count, scale);
+  void scale_copy(const void* g, DataType g_type, M* out, std::size_t count, M scale) override {
+    with_typed(g, g_type, [&](auto* typed) {
+      kc::scale_copy(ctx_, typed, out, count, scale);
+      return 0;
+    });
   }
   void adamw(M* value, M* m, M* v, const M* g, std::size_t count,
              const kernels::AdamHyper<M>& hyper) override {

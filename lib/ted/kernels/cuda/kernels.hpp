@@ -48,6 +48,9 @@ template <typename From, typename To>
 void convert(Context& ctx, const From* src, To* dst, std::size_t count);
 template <typename T>
 void add(Context& ctx, const T* a, T* y, std::size_t count);  // y += a
+// grad += g in fp32, rounded once to T (16-bit gradients).
+template <typename T>
+void accumulate(Context& ctx, const float* g, T* grad, std::size_t count);
 // y[row, :] += bias[(row / rows_per_bias) mod biases, :].
 template <typename T>
 void add_bias(Context& ctx, T* y, const T* bias, int rows, int width, int rows_per_bias,
@@ -175,7 +178,9 @@ void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const
                       float* db2, int sources, int experts, int rows, int h, int f);
 
 // ---- the optimizer and loss scaling ------------------------------------------------------------
-void scale_copy(Context& ctx, const float* g, float* out, std::size_t count, float scale);
+// out = g * scale in fp32, g of any storage type (16-bit gradients widened).
+template <typename T>
+void scale_copy(Context& ctx, const T* g, float* out, std::size_t count, float scale);
 void adamw(Context& ctx, float* value, float* m, float* v, const float* g, std::size_t count,
            const AdamHyper<float>& hyper);
 // initial + the sum of squares over the ranges, in fp64 (waits for the result).

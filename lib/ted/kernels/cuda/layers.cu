@@ -23,6 +23,11 @@ __global__ void add_kernel(const T* a, T* y, std::size_t count) {
 }
 
 template <typename T>
+__global__ void accumulate_kernel(const float* g, T* grad, std::size_t count) {
+  TED_GRID_STRIDE(i, count) grad[i] = store<T>(load(grad[i]) + g[i]);
+}
+
+template <typename T>
 __global__ void init_normal_kernel(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
                                    double std, model::SliceMap map) {
   TED_GRID_STRIDE(i, count)
@@ -488,6 +493,12 @@ void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, c
 }
 
 template <typename T>
+void accumulate(Context& ctx, const float* g, T* grad, std::size_t count) {
+  if (!count) return;
+  launch<accumulate_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), g, grad, count);
+}
+
+template <typename T>
 void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, float* dtok,
                         float* dpos, int n, int seq, int h) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
@@ -508,6 +519,7 @@ TED_INSTANTIATE_CONVERT_FROM(BFloat16)
 
 #define TED_INSTANTIATE_LAYERS(T)                                                                 \
   template void add<T>(Context&, const T*, T*, std::size_t);                                      \
+  template void accumulate<T>(Context&, const float*, T*, std::size_t);                           \
   template void add_bias<T>(Context&, T*, const T*, int, int, int, int);                          \
   template void bias_grad<T>(Context&, const T*, float*, int, int, int, int);                     \
   template void init_normal<T>(Context&, T*, std::size_t, std::uint64_t, std::uint64_t, double,   \

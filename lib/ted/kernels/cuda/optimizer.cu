@@ -18,8 +18,9 @@ __global__ void adamw_kernel(float* value, float* m, float* v, const float* g, s
   }
 }
 
-__global__ void scale_copy_kernel(const float* g, float* out, std::size_t count, float scale) {
-  TED_GRID_STRIDE(i, count) out[i] = g[i] * scale;
+template <typename T>
+__global__ void scale_copy_kernel(const T* g, float* out, std::size_t count, float scale) {
+  TED_GRID_STRIDE(i, count) out[i] = load(g[i]) * scale;
 }
 
 // A double summed over the block in a fixed order; thread 0 gets the result.
@@ -73,9 +74,10 @@ void add_partials(Context& ctx, const double* partials, unsigned n, double* tota
   if (n) launch<add_partials_kernel>(1, kThreads, 0, stream(ctx), partials, n, total);
 }
 
-void scale_copy(Context& ctx, const float* g, float* out, std::size_t count, float scale) {
+template <typename T>
+void scale_copy(Context& ctx, const T* g, float* out, std::size_t count, float scale) {
   if (!count) return;
-  launch<scale_copy_kernel>(blocks_for(count), kThreads, 0, stream(ctx), g, out, count, scale);
+  launch<scale_copy_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), g, out, count, scale);
 }
 
 void adamw(Context& ctx, float* value, float* m, float* v, const float* g, std::size_t count,
@@ -115,6 +117,7 @@ bool has_non_finite(Context& ctx, const T* data, std::size_t count) {
 }
 
 #define TED_INSTANTIATE_REDUCTIONS(T)                                                         \
+  template void scale_copy<T>(Context&, const T*, float*, std::size_t, float);                \
   template double sum_squares<T>(Context&, const T*, const IndexRange*, std::size_t, double); \
   template bool has_non_finite<T>(Context&, const T*, std::size_t);
 TED_INSTANTIATE_REDUCTIONS(float)
