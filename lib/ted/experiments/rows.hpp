@@ -24,4 +24,5 @@ void append_rows(const CsvTable& table, const std::string& path);
 
 // Rank 0's progress line for point i of n.
 void print_progress(int index, int count, const Point& point, const Result& result);
+
 }  // namespace ted::experiments
