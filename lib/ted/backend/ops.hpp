@@ -2,7 +2,7 @@
 // as one table of virtual functions per backend and storage type (the way ggml draws its
 // backend line). The model code is written once against this table and never touches a buffer
 // element; the CPU backend (backend/cpu) and the CUDA backend (backend/cuda) implement it, and
-// backend/registry.hpp picks one for a device. Buffer copies are the Device's (device.hpp).
+// backend/registry.hpp picks one for a device. Buffer copies are the Device's (device/device.hpp).
 //
 // Types. T is the storage type of activations and of the weight copies the kernels read: fp32,
 // bf16 or fp16 (fp64 on the CPU, for the gradient checks). M = master_t<T> is the type of the
@@ -24,9 +24,9 @@
 #include <span>
 #include <string>
 
-#include "ted/backend/device.hpp"
 #include "ted/core/dtype.hpp"
 #include "ted/core/index_range.hpp"
+#include "ted/device/device.hpp"
 #include "ted/kernels/adamw.hpp"
 #include "ted/model/gating.hpp"
 #include "ted/model/slice_map.hpp"

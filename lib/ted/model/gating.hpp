@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-#include "ted/backend/tensor.hpp"
+#include "ted/device/tensor.hpp"
 
 namespace ted::model {
 

@@ -24,8 +24,8 @@
 #pragma once
 
 #include "ted/backend/ops.hpp"
-#include "ted/backend/tensor.hpp"
 #include "ted/comm/communicator.hpp"
+#include "ted/device/tensor.hpp"
 #include "ted/model/gating.hpp"
 
 namespace ted::model {

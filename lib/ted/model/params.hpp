@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ted/backend/ops.hpp"
-#include "ted/backend/tensor.hpp"
+#include "ted/device/tensor.hpp"
 #include "ted/model/slice_map.hpp"
 
 namespace ted::model {

@@ -17,9 +17,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "ted/backend/tensor.hpp"
 #include "ted/core/dtype.hpp"
 #include "ted/core/index_range.hpp"
+#include "ted/device/tensor.hpp"
 #include "ted/kernels/adamw.hpp"
 #include "ted/model/gating.hpp"
 #include "ted/model/slice_map.hpp"
