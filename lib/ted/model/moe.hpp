@@ -26,7 +26,7 @@
 #include "ted/backend/ops.hpp"
 #include "ted/comm/communicator.hpp"
 #include "ted/device/tensor.hpp"
-#include "ted/model/gating.hpp"
+#include "ted/routing/gating.hpp"
 
 namespace ted::model {
 
