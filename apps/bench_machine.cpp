@@ -20,7 +20,7 @@
 #include "bench_main.hpp"
 #include "moe_block.hpp"
 #include "sgemm_bench.hpp"
-#include "ted/backend/device.hpp"
+#include "ted/device/device.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 #include "ted/projection/time.hpp"
 

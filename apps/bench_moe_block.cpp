@@ -17,8 +17,8 @@
 #include "bench_main.hpp"
 #include "moe_block.hpp"
 #include "sgemm_bench.hpp"
-#include "ted/backend/device.hpp"
 #include "ted/backend/memory.hpp"
+#include "ted/device/device.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 
 namespace {

@@ -30,6 +30,7 @@
 #include "ted/core/git_revision.hpp"
 #include "ted/core/stats.hpp"
 #include "ted/core/units.hpp"
+#include "ted/experiments/rows.hpp"
 #include "ted/projection/project.hpp"
 
 namespace ex = ted::experiments;

@@ -20,7 +20,6 @@
 
 #include "ted/app/app_main.hpp"
 #include "ted/app/check.hpp"
-#include "ted/backend/device.hpp"
 #include "ted/backend/memory.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/core/csv.hpp"
@@ -28,6 +27,7 @@
 #include "ted/core/git_revision.hpp"
 #include "ted/core/parallel.hpp"
 #include "ted/core/units.hpp"
+#include "ted/device/device.hpp"
 #include "ted/grid/ted_groups.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"

@@ -147,7 +147,7 @@ def optimizer_groups(model):
                                                  "weight_decay": 0.0}]
 
 
-# The suite's synthetic source (lib/ted/train/data.cpp, lib/ted/model/random.hpp): a seeded
+# The suite's synthetic source (lib/ted/train/data.cpp, lib/ted/core/random.hpp): a seeded
 # Markov chain keyed by (seed, sample, position), so DeepSpeed trains on the very tokens ours does.
 _MASK = (1 << 64) - 1
 _DATA_STREAM = 4

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "ted/backend/ops.hpp"
-#include "ted/backend/tensor.hpp"
 #include "ted/core/dtype.hpp"
+#include "ted/device/tensor.hpp"
 
 namespace ted::test {
 

@@ -5,10 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include "backend/backend.hpp"
+#include "ted/core/random.hpp"
 #include "ted/kernels/adamw.hpp"
 #include "ted/kernels/cpu/layers.hpp"
 #include "ted/model/params.hpp"
-#include "ted/model/random.hpp"
 
 using namespace ted;
 using namespace ted::test;

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "ted/backend/device.hpp"
 #include "ted/comm/communicator.hpp"
+#include "ted/device/device.hpp"
 
 namespace ted::test {
 CommBackend backend();  // what carries device buffers: mpi or nccl

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "comm/test_env.hpp"
-#include "ted/backend/cuda/cuda_device.hpp"
 #include "ted/backend/cuda/launch.hpp"
 #include "ted/backend/registry.hpp"
-#include "ted/backend/tensor.hpp"
 #include "ted/core/error.hpp"
+#include "ted/device/cuda_device.hpp"
+#include "ted/device/tensor.hpp"
 #include "ted_emu/control.hpp"
 
 using ted::DataType;

@@ -10,11 +10,11 @@
 
 #include "kernels/gradcheck.hpp"
 #include "ted/backend/registry.hpp"
+#include "ted/core/random.hpp"
 #include "ted/kernels/cpu/flash_attention.hpp"
 #include "ted/kernels/cpu/layers.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/model/moe.hpp"
-#include "ted/model/random.hpp"
 
 namespace cpu = ted::kernels::cpu;
 using ted::test::check_gradient;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "ted/backend/registry.hpp"
-#include "ted/model/gating.hpp"
-#include "ted/model/random.hpp"
+#include "ted/core/random.hpp"
+#include "ted/routing/gating.hpp"
 
 using ted::model::GateConfig;
 

@@ -3,9 +3,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ted/backend/device.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/system.hpp"
+#include "ted/device/device.hpp"
 
 namespace ted {
 namespace {

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "ted/backend/device.hpp"
+#include "ted/device/device.hpp"
 
 namespace ted {
 

@@ -2,7 +2,7 @@
 // as one table of virtual functions per backend and storage type (the way ggml draws its
 // backend line). The model code is written once against this table and never touches a buffer
 // element; the CPU backend (backend/cpu) and the CUDA backend (backend/cuda) implement it, and
-// backend/registry.hpp picks one for a device. Buffer copies are the Device's (device.hpp).
+// backend/registry.hpp picks one for a device. Buffer copies are the Device's (device/device.hpp).
 //
 // Types. T is the storage type of activations and of the weight copies the kernels read: fp32,
 // bf16 or fp16 (fp64 on the CPU, for the gradient checks). M = master_t<T> is the type of the
@@ -24,12 +24,12 @@
 #include <span>
 #include <string>
 
-#include "ted/backend/device.hpp"
 #include "ted/core/dtype.hpp"
 #include "ted/core/index_range.hpp"
+#include "ted/core/slice_map.hpp"
+#include "ted/device/device.hpp"
 #include "ted/kernels/adamw.hpp"
-#include "ted/model/gating.hpp"
-#include "ted/model/slice_map.hpp"
+#include "ted/routing/gating.hpp"
 
 namespace ted {
 
@@ -63,7 +63,7 @@ class Ops {
   virtual void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
                        std::size_t count) = 0;
   // dst[i] = std * normal(seed, kInit, key, global_index(map, i)) rounded to T: a parameter
-  // shard's initial values (model/random.hpp), the same on every backend and layout.
+  // shard's initial values (core/random.hpp), the same on every backend and layout.
   virtual void init_normal(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
                            double std, const model::SliceMap& map) = 0;
 
@@ -116,7 +116,7 @@ class Ops {
                                       const M* log_sum, T* d_logits, int n, int vocab, M scale) = 0;
 
   // ---- the MoE layer ---------------------------------------------------------------------------
-  // Routing of one gating group (model/gating.hpp), allocating `out`'s buffers on the device.
+  // Routing of one gating group (routing/gating.hpp), allocating `out`'s buffers on the device.
   virtual void route(const M* logits, int tokens, const model::GateConfig& config,
                      const model::RoutingKey& key, model::Routing<M>& out) = 0;
   // d_logits (overwritten) from the combine weights' gradient [tokens, top_k] and

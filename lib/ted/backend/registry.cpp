@@ -12,8 +12,8 @@
 #include "ted/core/error.hpp"
 
 #if TED_HAVE_CUDA
-#include "ted/backend/cuda/cuda_device.hpp"
 #include "ted/backend/cuda/cuda_ops.hpp"
+#include "ted/device/cuda_device.hpp"
 #endif
 #if TED_HAVE_NCCL
 #include "ted/comm/nccl/nccl_communicator.hpp"

@@ -13,9 +13,9 @@
 #include <memory>
 #include <string_view>
 
-#include "ted/backend/device.hpp"
 #include "ted/backend/ops.hpp"
 #include "ted/comm/communicator.hpp"
+#include "ted/device/device.hpp"
 
 namespace ted {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "ted/backend/device.hpp"
 #include "ted/comm/communicator.hpp"
 #include "ted/core/csv.hpp"
 #include "ted/core/stats.hpp"
+#include "ted/device/device.hpp"
 #include "ted/grid/process_grid.hpp"
 
 namespace ted::bench {

@@ -11,9 +11,9 @@
 #include <memory>
 #include <vector>
 
-#include "ted/backend/device.hpp"
 #include "ted/comm/communicator.hpp"
 #include "ted/comm/mpi_communicator.hpp"
+#include "ted/device/device.hpp"
 
 namespace ted {
 

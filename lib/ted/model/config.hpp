@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ted/model/gating.hpp"
+#include "ted/routing/gating.hpp"
 
 namespace ted::model {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "ted/backend/ops.hpp"
-#include "ted/backend/tensor.hpp"
+#include "ted/device/tensor.hpp"
 #include "ted/model/config.hpp"
 #include "ted/model/moe.hpp"
 #include "ted/model/params.hpp"

@@ -24,9 +24,9 @@
 #pragma once
 
 #include "ted/backend/ops.hpp"
-#include "ted/backend/tensor.hpp"
 #include "ted/comm/communicator.hpp"
-#include "ted/model/gating.hpp"
+#include "ted/device/tensor.hpp"
+#include "ted/routing/gating.hpp"
 
 namespace ted::model {
 

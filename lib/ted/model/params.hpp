@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "ted/backend/ops.hpp"
-#include "ted/backend/tensor.hpp"
-#include "ted/model/slice_map.hpp"
+#include "ted/core/slice_map.hpp"
+#include "ted/device/tensor.hpp"
 
 namespace ted::model {
 

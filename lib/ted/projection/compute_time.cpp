@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ted/model/gating.hpp"
 #include "ted/projection/time.hpp"
+#include "ted/routing/gating.hpp"
 
 namespace ted::projection {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "ted/model/gating.hpp"
+#include "ted/routing/gating.hpp"
 
 namespace ted::projection {
 

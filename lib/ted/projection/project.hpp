@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "ted/experiments/harness.hpp"
+#include "ted/experiments/measure.hpp"
+#include "ted/experiments/plans.hpp"
 #include "ted/projection/cluster.hpp"
 #include "ted/projection/memory.hpp"
 #include "ted/projection/time.hpp"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ted/model/gating.hpp"
+#include "ted/routing/gating.hpp"
 
 namespace ted::projection {
 

@@ -9,7 +9,7 @@
 
 #include "ted/core/config_schema.hpp"
 #include "ted/core/error.hpp"
-#include "ted/model/random.hpp"
+#include "ted/core/random.hpp"
 
 namespace ted::train {
 

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "ted/backend/ops.hpp"
-#include "ted/backend/tensor.hpp"
 #include "ted/comm/communicator.hpp"
+#include "ted/device/tensor.hpp"
 #include "ted/model/params.hpp"
 
 namespace ted::train {

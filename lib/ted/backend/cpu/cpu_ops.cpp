@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "ted/backend/cpu/op_profile.hpp"
-#include "ted/backend/tensor.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/parallel.hpp"
+#include "ted/core/random.hpp"
+#include "ted/device/tensor.hpp"
 #include "ted/kernels/cpu/flash_attention.hpp"
 #include "ted/kernels/cpu/gating.hpp"
 #include "ted/kernels/cpu/layers.hpp"
-#include "ted/model/random.hpp"
 
 namespace ted::cpu {
 namespace {

@@ -1,6 +1,6 @@
-#include "ted/backend/cuda/cuda_check.hpp"
-#include "ted/backend/cuda/cuda_device.hpp"
 #include "ted/backend/cuda/launch.hpp"
+#include "ted/device/cuda_check.hpp"
+#include "ted/device/cuda_device.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

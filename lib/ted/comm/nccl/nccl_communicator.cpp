@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
-#include "ted/backend/cuda/cuda_check.hpp"
-#include "ted/backend/cuda/cuda_device.hpp"
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
+#include "ted/device/cuda_check.hpp"
+#include "ted/device/cuda_device.hpp"
 
 namespace ted::cuda {
 namespace {

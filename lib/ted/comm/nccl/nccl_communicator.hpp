@@ -18,8 +18,8 @@
 
 #include <memory>
 
-#include "ted/backend/device.hpp"
 #include "ted/comm/communicator.hpp"
+#include "ted/device/device.hpp"
 
 namespace ted::cuda {
 

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <vector>
 
-#include "ted/model/random.hpp"
+#include "ted/core/random.hpp"
 
 namespace ted::kernels::cpu {
 

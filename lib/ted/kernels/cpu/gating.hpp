@@ -1,4 +1,4 @@
-// The gating algorithm of model/gating.hpp on host arrays: the CPU backend's route and its
+// The gating algorithm of routing/gating.hpp on host arrays: the CPU backend's route and its
 // backward, and the reference the CUDA backend's routing is tested against. T is the compute
 // type (float, or double in the gradient checks); d_logits is written in T.
 #pragma once
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ted/model/gating.hpp"
+#include "ted/routing/gating.hpp"
 
 namespace ted::kernels::cpu {
 

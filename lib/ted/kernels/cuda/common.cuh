@@ -10,9 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ted/backend/cuda/cuda_check.hpp"
 #include "ted/backend/cuda/launch.hpp"
 #include "ted/core/dtype.hpp"
+#include "ted/device/cuda_check.hpp"
 #include "ted/kernels/cuda/kernels.hpp"
 
 #define TED_CHECK_CUBLAS(stmt)                                                                    \

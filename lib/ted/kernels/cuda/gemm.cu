@@ -2,7 +2,7 @@
 // the column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first and no copy is made.
 #include <type_traits>
 
-#include "ted/backend/cuda/cuda_device.hpp"
+#include "ted/device/cuda_device.hpp"
 #include "ted/kernels/cuda/common.cuh"
 
 namespace ted::kernels::cuda {

@@ -17,12 +17,12 @@
 #include <cstdint>
 #include <memory>
 
-#include "ted/backend/tensor.hpp"
 #include "ted/core/dtype.hpp"
 #include "ted/core/index_range.hpp"
+#include "ted/core/slice_map.hpp"
+#include "ted/device/tensor.hpp"
 #include "ted/kernels/adamw.hpp"
-#include "ted/model/gating.hpp"
-#include "ted/model/slice_map.hpp"
+#include "ted/routing/gating.hpp"
 
 namespace ted::kernels::cuda {
 
@@ -145,7 +145,7 @@ void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, f
                         float* dpos, int n, int seq, int h);
 
 // ---- MoE: routing, token permutation, experts ------------------------------------------------
-// One gating group's routing into `out` (model/gating.hpp), allocated on the context's device.
+// One gating group's routing into `out` (routing/gating.hpp), allocated on the context's device.
 // Synchronises only for a dropless capacity (the largest load is read back).
 void route(Context& ctx, const float* logits, int tokens, const model::GateConfig& config,
            const model::RoutingKey& key, model::Routing<float>& out);

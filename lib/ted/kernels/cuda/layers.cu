@@ -4,10 +4,10 @@
 #include <cmath>
 #include <type_traits>
 
+#include "ted/core/random.hpp"
 #include "ted/kernels/cuda/common.cuh"
 #include "ted/kernels/cuda/flash_attention.cuh"
 #include "ted/kernels/elementwise.hpp"
-#include "ted/model/random.hpp"
 
 namespace ted::kernels::cuda {
 namespace {

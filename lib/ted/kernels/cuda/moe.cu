@@ -1,6 +1,6 @@
 // MoE on the GPU: gate softmax and top-k, capacity with positional or random (RTS) priority,
 // the aux loss, the token permutation (gathers and scatters by index, not one-hot matmuls) and
-// the experts as batched GEMMs. Semantics: model/gating.hpp, with kernels/cpu/gating.cpp as
+// the experts as batched GEMMs. Semantics: routing/gating.hpp, with kernels/cpu/gating.cpp as
 // the reference the tests hold it to.
 #include <cub/device/device_radix_sort.cuh>
 
@@ -8,9 +8,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "ted/core/random.hpp"
 #include "ted/kernels/cuda/common.cuh"
 #include "ted/kernels/elementwise.hpp"
-#include "ted/model/random.hpp"
 
 namespace ted::kernels::cuda {
 namespace {

@@ -1,5 +1,6 @@
 // The CUDA device: one GPU, its memory (stream-ordered, from the device's pool) and one stream
-// on which the backend queues work.
+// on which the backend queues work. Declared here, below the communicators that queue on its
+// stream; made by the CUDA backend (backend/cuda/cuda_device.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "ted/backend/device.hpp"
+#include "ted/device/device.hpp"
 
 namespace ted::cuda {
 

@@ -2,7 +2,8 @@
 // TED_HOST_DEVICE function, so the CPU and a GPU kernel initialise a shard with the same keys
 // (an element's initial value is keyed by its index in the whole tensor, docs/algorithm.md section
 // 2). Up to kMaxDims dimensions, each whole or cut into up to kMaxSegments segments (start, length)
-// of the full dimension; elements are row-major, the last dimension fastest.
+// of the full dimension; elements are row-major, the last dimension fastest. A model type
+// (namespace ted::model) kept in core because the kernel table (backend/ops.hpp) takes it.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // The narrow device line: where buffers live and how bytes move between them and the host.
 // The CPU device is plain host memory; the CUDA device is one GPU with its own stream.
-// Model and communication code sees only this interface (docs/backends.md).
+// Model and communication code sees only this interface (docs/backends.md); the devices
+// themselves are the backends' (backend/cpu_device.cpp, backend/cuda/cuda_device.cu).
 #pragma once
 
 #include <cstddef>

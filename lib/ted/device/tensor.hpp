@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "ted/backend/device.hpp"
+#include "ted/device/device.hpp"
 
 namespace ted {
 

@@ -16,11 +16,13 @@
 // Random draws are keyed by (seed, step, layer, global token index). The algorithm runs in a
 // backend (Ops::route): kernels/cpu/gating.cpp is the reference, the CUDA backend makes the
 // same choices.
+// These are the model's types (namespace ted::model), declared here, below the backend line,
+// because the kernel table (backend/ops.hpp) takes and fills them.
 #pragma once
 
 #include <cstdint>
 
-#include "ted/backend/tensor.hpp"
+#include "ted/device/tensor.hpp"
 
 namespace ted::model {
 

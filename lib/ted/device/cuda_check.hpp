@@ -1,5 +1,6 @@
 // Check macros for CUDA, cuBLAS and NCCL calls: throw ted::Error naming the statement,
-// file:line, MPI rank and CUDA device. Included only by sources of the CUDA backend.
+// file:line, MPI rank and CUDA device. Included only by CUDA sources: the CUDA backend, its
+// kernels and the NCCL communicator.
 #pragma once
 
 #include <cuda_runtime.h>

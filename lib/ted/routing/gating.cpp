@@ -1,4 +1,4 @@
-#include "ted/model/gating.hpp"
+#include "ted/routing/gating.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,145 @@
+#include "ted/experiments/config.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "ted/core/error.hpp"
+
+namespace ted::experiments {
+
+ConfigSchema ExperimentConfig::schema() {
+  ConfigSchema s = train.schema();
+  s.add("experiment", &experiment);
+  s.add("run.warmup", &warmup);
+  s.add("run.iters", &iters);
+  s.add("run.csv", &csv);
+  s.add("layout.tp", &tp);
+  s.add("layout.ep", &ep);
+  s.add("layout.dp", &dp);
+  s.add("systems", &systems);
+  s.add("sweep.ranks", &sweep_ranks);
+  s.add("sweep.tp", &sweep_tp);
+  s.add("sweep.ep", &sweep_ep);
+  s.add("sweep.hidden", &sweep_hidden);
+  s.add("sweep.heads", &sweep_heads);
+  s.add("sweep.layers", &sweep_layers);
+  s.add("family.hidden", &family_hidden);
+  s.add("family.heads", &family_heads);
+  s.add("family.layers", &family_layers);
+  s.add("sweep.experts", &sweep_experts);
+  s.add("sweep.global_batch", &sweep_global_batch);
+  s.add("sweep.tile", &sweep_tile);
+  s.add("memory.budget_bytes", &budget_bytes);
+  s.add("data.global_batch", &global_batch);
+  s.add("largest.gpus", &largest_gpus);
+  s.add("largest.max_tp", &largest_max_tp);
+  s.add("largest.max_experts", &largest_max_experts);
+  return s;
+}
+
+namespace {
+// The digits after "overlap" in a system name: none (the YAML's parallel.overlap, 0 here) or a
+// chunk count of at least 2. False when they are not that.
+bool overlap_chunks(const std::string& digits, int* chunks) {
+  if (digits.empty()) {
+    *chunks = 0;
+    return true;
+  }
+  if (digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  *chunks = std::stoi(digits);
+  return *chunks >= 2;
+}
+}  // namespace
+
+System parse_system(const std::string& name, const std::string& where) {
+  System s;
+  s.name = name;
+  if (name == "deepspeed-moe") {
+    s.tensor_parallel = false;
+  } else if (name == "ted") {
+    s.dtd = s.cac = true;
+  } else if (name == "ted-baseline") {
+  } else if (name.rfind("ted+", 0) == 0) {
+    std::string rest = name.substr(4);
+    std::size_t start = 0;
+    while (start <= rest.size()) {
+      std::size_t plus = rest.find('+', start);
+      std::string part = rest.substr(start, plus == std::string::npos ? plus : plus - start);
+      if (part == "dtd")
+        s.dtd = true;
+      else if (part == "cac")
+        s.cac = true;
+      else if (part == "rs")
+        s.reduce_scatter = true;
+      else if (part.rfind("overlap", 0) == 0 && overlap_chunks(part.substr(7), &s.overlap))
+        ;
+      else
+        throw ConfigError(where + ": system '" + name + "' has an unknown part '" + part +
+                          "' (expected dtd, cac, rs, or overlap with an optional chunk count "
+                          "of at least 2)");
+      if (plus == std::string::npos) break;
+      start = plus + 1;
+    }
+    // ted+overlap[N] alone is ted (DTD + CAC) with the overlap, as the ablation compares them.
+    if (s.overlap != 1 && !s.dtd && !s.cac && !s.reduce_scatter) s.dtd = s.cac = true;
+    if (s.reduce_scatter && !s.dtd)
+      throw ConfigError(where + ": system '" + name + "': rs needs dtd");
+  } else {
+    throw ConfigError(where + ": unknown system '" + name +
+                      "' (expected deepspeed-moe, ted-baseline, ted, or ted+dtd/+cac/+rs/"
+                      "+overlap[N])");
+  }
+  return s;
+}
+
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
+                             const std::string& experiment) {
+  ExperimentConfig c;
+  ConfigSchema schema = c.schema();
+  schema.load_yaml(path);
+  for (const auto& assignment : overrides) schema.set(assignment);
+  const std::string where = path + (overrides.empty() ? "" : " with --set");
+  auto fail = [&](const std::string& what) { throw ConfigError(where + ": " + what); };
+  if (!experiment.empty() && c.experiment != experiment)
+    fail("key 'experiment' must be '" + experiment + "' for this program, got '" + c.experiment +
+         "'");
+  c.backend = c.train.run.backend;
+  auto count = [&](long long value, long long minimum, long long maximum, const char* key) {
+    try {
+      in_range(value, minimum, maximum, key);
+    } catch (const ConfigError& e) {
+      fail(std::string("key ") + e.what());
+    }
+  };
+  count(c.warmup, 0, 1000000, "run.warmup");
+  count(c.iters, 0, 1000000, "run.iters");
+  count(c.tp, 1, 1 << 24, "layout.tp");
+  count(c.ep, 1, 1 << 24, "layout.ep");
+  count(c.dp, 0, 1 << 24, "layout.dp (0: the launched ranks over tp x ep)");
+  count(c.budget_bytes, 0, std::numeric_limits<std::int64_t>::max(), "memory.budget_bytes");
+  count(c.global_batch, 0, 1 << 30, "data.global_batch (0: data.micro_batches per rank)");
+  count(c.largest_max_tp, 1, 1 << 24, "largest.max_tp");
+  count(c.largest_max_experts, 1, 1 << 24, "largest.max_experts");
+  for (const auto* list : {&c.sweep_ranks, &c.sweep_tp, &c.sweep_ep, &c.sweep_hidden,
+                           &c.sweep_heads, &c.sweep_layers, &c.sweep_experts, &c.sweep_global_batch,
+                           &c.family_hidden, &c.family_heads, &c.family_layers, &c.largest_gpus})
+    for (int value : *list)
+      if (value < 1)
+        fail("keys 'sweep.*', 'family.*' and 'largest.gpus' list positive numbers, got " +
+             std::to_string(value));
+  for (int value : c.sweep_tile)
+    if (value < 0)
+      fail("key 'sweep.tile' lists tile sizes (0: untiled), got " + std::to_string(value));
+  if (c.systems.empty()) fail("key 'systems' must list at least one system");
+  for (const auto& name : c.systems) parse_system(name, where + ", key 'systems'");
+  try {
+    c.train.validate();
+  } catch (const ConfigError& e) {
+    fail(e.what());
+  }
+  return c;
+}
+
+}  // namespace ted::experiments

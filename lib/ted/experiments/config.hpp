@@ -1,0 +1,73 @@
+// The experiments' YAML config and the systems they compare (the harness: harness.hpp).
+//
+// YAML (every section optional except what an experiment needs):
+//   experiment: ablation | weak_scaling | strong_scaling | memory   (must match the program)
+//   model, gating, optimizer, data: as the training driver (lib/ted/train/train_config.hpp)
+//   run:     warmup iters csv, and as the training driver: backend (cpu | cuda),
+//            dtype (fp32 | bf16 | fp16), comm (mpi | nccl), loss_scale, loss_scale_window
+//   layout:  tp ep dp                    the layout of ablation and memory
+//   systems: [ted-baseline, ted+dtd, ...] (see parse_system)
+//   data:    global_batch  sequences per optimizer step of the whole job (0: data.micro_batches
+//            per data-parallel rank); each point's micro-batches = global_batch / (micro_batch
+//            x Ep x D), which must divide
+//   sweep:   ranks tp ep hidden heads layers experts global_batch tile   (lists, one entry per
+//            point; tile: parallel.tile_elems, 0 = untiled)
+//   family:  hidden heads layers                 (lists) the memory experiment's base models
+//   memory:  budget_bytes
+//   largest: gpus max_tp max_experts   the memory experiment's largest trainable model: for each
+//            GPU count and system, the family model x power-of-two experts (Ep = experts) x
+//            tensor degree with the most parameters whose projected peak fits budget_bytes
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ted/train/train_config.hpp"
+
+namespace ted::experiments {
+
+struct ExperimentConfig {
+  std::string experiment;
+  train::TrainConfig train;  // model, gating, optimizer, data, run (train.steps is unused)
+  int warmup = 1;
+  int iters = 5;
+  std::string backend;  // the rows' backend column: run.backend, plus what runs it (emulated)
+  std::string csv;
+  int tp = 1, ep = 1, dp = 0;
+  std::vector<std::string> systems;
+  std::vector<int> sweep_ranks, sweep_tp, sweep_ep, sweep_hidden, sweep_heads, sweep_layers;
+  std::vector<int> sweep_experts, sweep_global_batch, sweep_tile;
+  std::vector<int> family_hidden, family_heads, family_layers;  // memory: growing base models
+  std::int64_t budget_bytes = 0;
+  int global_batch = 0;  // data.global_batch
+  std::vector<int> largest_gpus;
+  int largest_max_tp = 8, largest_max_experts = 128;
+
+  ConfigSchema schema();
+};
+
+// Loads the YAML and the --set overrides, and checks everything every experiment needs: the
+// experiment name, run.backend/dtype/comm, the systems' names, and that the sweep lists have
+// one entry per point. Errors name the file and the key (ConfigError). Whether this machine can
+// run the backend is checked by the program (backend/registry.hpp), not here, so a CUDA
+// config loads anywhere (the projection runs nothing). `experiment` empty: any.
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
+                             const std::string& experiment);
+
+// A system of the paper (docs/algorithm.md section 3): which layout family and which switches.
+//   deepspeed-moe   T = 1 (expert + data parallelism only)
+//   ted-baseline    TED without the optimisations
+//   ted             TED with DTD and CAC
+//   ted+dtd, ted+cac, ted+dtd+cac, ted+dtd+cac+rs   the ablation's steps (rs: reduce-scatter)
+struct System {
+  std::string name;
+  bool tensor_parallel = true;  // false: T forced to 1
+  bool dtd = false, cac = false, reduce_scatter = false;
+  // The MoE exchange in chunks (parallel.overlap): 1 off; 0 asks for parallel.overlap's value
+  // (at least 2).
+  int overlap = 1;
+};
+System parse_system(const std::string& name, const std::string& where);
+
+}  // namespace ted::experiments

@@ -1,0 +1,235 @@
+#include "ted/experiments/harness.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <utility>
+
+#include <mpi.h>
+
+#include "ted/app/app_main.hpp"
+#include "ted/app/check.hpp"
+#include "ted/backend/registry.hpp"
+#include "ted/comm/mpi_communicator.hpp"
+#include "ted/core/error.hpp"
+#include "ted/core/git_revision.hpp"
+#include "ted/core/system.hpp"
+#include "ted/core/units.hpp"
+#include "ted/model/gpt.hpp"
+#include "ted/projection/fit.hpp"
+
+namespace ted::experiments {
+
+namespace {
+
+// --point K (0: all) of the plan for `ranks` ranks, and the plan against them: no point at all
+// (every one needs more ranks), or ranks that no point uses, is bad input; else a job would end
+// COMPLETED having measured nothing, or leave ranks idle without a word.
+Plan select_point(Plan plan, int point, int ranks, const std::string& where) {
+  const std::string launched = std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s");
+  if (plan.points.empty()) {
+    std::string why;
+    for (const auto& line : plan.skipped) why += (why.empty() ? "" : "; ") + line;
+    throw ConfigError(where + ": no point to run on " + launched + ": " +
+                      (why.empty() ? "the plan is empty" : why));
+  }
+  if (point > static_cast<int>(plan.points.size()))
+    throw ConfigError(where + ": --point " + std::to_string(point) + ": the plan has " +
+                      std::to_string(plan.points.size()) + " points on " + launched);
+  if (point > 0) plan.points = {plan.points[point - 1]};
+  int largest = 0;
+  for (const auto& p : plan.points) largest = std::max(largest, p.layout.world_size());
+  if (largest < ranks)
+    throw ConfigError(where + ": the largest point " +
+                      (point > 0 ? "(--point " + std::to_string(point) + ") " : "") + "uses " +
+                      std::to_string(largest) + " of the " + launched + ": " +
+                      std::to_string(ranks - largest) + " would be idle (launch " +
+                      std::to_string(largest) + ")");
+  return plan;
+}
+
+// Every point's model against its layout and switches, before any point runs (a point that
+// failed in the middle of a sweep would have spent the points before it).
+void check_layouts(const Plan& plan, const std::string& where) {
+  for (const auto& point : plan.points) {
+    const auto& par = point.train.parallel;
+    try {
+      model::check_layout(point.train.model, point.layout.tensor, point.layout.expert, par.dtd,
+                          par.reduce_scatter, par.cac, par.cac_all_reduce);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + ": " + point.system.name + " " + point.layout.to_string() + " " +
+                        point.model_name + ": " + e.what());
+    }
+  }
+}
+
+// The memory check of every point before the first is measured, identically on every rank:
+// the points' projected peaks against the free memory of the device each active rank will use.
+// Returns, per point, "" when it fits, else why not.
+std::vector<std::string> memory_verdicts(const Plan& plan, const ExperimentConfig& config,
+                                         const MpiSession& mpi) {
+  const auto& run = config.train.run;
+  auto device = make_device(parse_device_kind(run.backend));
+  const std::uint64_t free_bytes = device->free_bytes();
+  std::vector<std::string> verdicts;
+  for (const auto& point : plan.points) {
+    const bool active = mpi.world_rank() < point.layout.world_size();
+    const std::uint64_t need = active ? projection::projected_peak(point.train, point.layout) : 0;
+    auto fit = projection::agree_memory_fit(need, device->name(), free_bytes, MPI_COMM_WORLD);
+    verdicts.push_back(fit.fits ? "" : fit.text);
+  }
+  return verdicts;
+}
+
+// --check: the plan against `ranks` ranks and every point's projected peak against run.cluster
+// (or this host). A point that does not fit will be a row saying so; a plan of which no point
+// fits would spend an allocation on nothing, and is refused. Returns the lines to print.
+std::string check_plan(const Plan& plan, const ExperimentConfig& config,
+                       const std::string& experiment, const std::string& where, int ranks) {
+  std::uint64_t largest = 0;
+  std::size_t over = 0;
+  std::string against = "nothing";
+  std::vector<std::string> lines;  // printed only when the check passes: one line on failure
+  for (const auto& point : plan.points) {
+    const std::uint64_t need = projection::projected_peak(point.train, point.layout);
+    const CheckedFit checked = check_fit(config.train.run, point.layout.world_size(), need);
+    against = checked.against;
+    largest = std::max(largest, need);
+    if (checked.fit.fits) continue;
+    ++over;
+    lines.push_back(point.system.name + " " + point.layout.to_string() + " " + point.model_name +
+                    ": does not fit: " + checked.fit.text + " (will be a row saying so)");
+  }
+  if (!plan.points.empty() && over == plan.points.size())
+    throw ConfigError(where + ": no point fits in memory on " + std::to_string(ranks) +
+                      " ranks (judged against " + against + ")");
+  std::string text;
+  for (const auto& line : lines) text += "# " + line + "\n";
+  for (const auto& line : plan.skipped) text += "# " + line + "\n";
+  char summary[512];
+  std::snprintf(summary, sizeof summary,
+                "ted_%s: check passed: %s on %d ranks: %zu points (%zu over memory), largest "
+                "projected peak %s per rank, judged against %s\n",
+                experiment.c_str(), where.c_str(), ranks, plan.points.size(), over,
+                format_bytes(largest).c_str(), against.c_str());
+  return text + summary;
+}
+
+}  // namespace
+
+int experiment_main(int argc, char** argv, const std::string& experiment,
+                    const std::string& description, const Planner& planner,
+                    const Summary& summary) {
+  CLI::App app{description, "ted_" + experiment};
+  std::string config_path, csv, backend, dtype, comm;
+  std::vector<std::string> overrides;
+  int iters = 0, point = 0;
+  CheckMode check;
+  app.add_option("-c,--config", config_path, "experiment YAML (experiments/" + experiment + "/)")
+      ->required();
+  app.add_option("--set", overrides, "override a key: section.key=value (repeatable)");
+  app.add_option("--iters", iters, "timed iterations (run.iters; 0: one untimed step)");
+  app.add_option("--csv", csv,
+                 "CSV to append to (run.csv; default results/local/<experiment>/<config>.csv)");
+  app.add_option("--backend", backend, "cpu or cuda (run.backend)");
+  app.add_option("--dtype", dtype, "fp32, bf16 or fp16 (run.dtype; 16-bit: fp32 masters)");
+  app.add_option("--comm", comm, "mpi or nccl: what carries device buffers (run.comm)");
+  app.add_option("--point", point,
+                 "run only the K-th point of the plan for these ranks, as the progress line "
+                 "numbers them (a Slurm array task's index)")
+      ->check(CLI::Range(1, 1 << 24));
+  add_check_options(app, check);
+  return run_app(
+      argc, argv, app,
+      [&](MpiSession& mpi) {
+        // The options are --set overrides like any other, so the config's rules judge them.
+        if (app.count("--iters")) overrides.push_back("run.iters=" + std::to_string(iters));
+        if (app.count("--csv")) overrides.push_back("run.csv=" + csv);
+        if (app.count("--backend")) overrides.push_back("run.backend=" + backend);
+        if (app.count("--dtype")) overrides.push_back("run.dtype=" + dtype);
+        if (app.count("--comm")) overrides.push_back("run.comm=" + comm);
+        ExperimentConfig config = load_config(config_path, overrides, experiment);
+        if (config.csv.empty())
+          config.csv = "results/local/" + experiment + "/" +
+                       std::filesystem::path(config_path).stem().string() + ".csv";
+        const std::string where = config_path + (overrides.empty() ? "" : " with --set");
+        const bool rank0 = mpi.world_rank() == 0;
+        auto check_output = [&] {  // after the inputs: their errors come first
+          try {
+            check_csv_appendable(result_table(), config.csv);
+          } catch (const ConfigError& e) {
+            throw ConfigError(where + ": key 'run.csv': " + e.what());
+          }
+        };
+        if (check.enabled) {
+          const int ranks = check.ranks_for(mpi.world_size());
+          Plan plan = planner(config, where, ranks);
+          check_layouts(plan, where);
+          check_plan(plan, config, experiment, where, ranks);  // the inputs' errors first
+          check_output();
+          plan = select_point(std::move(plan), point, ranks, where);
+          const std::string verdict = check_plan(plan, config, experiment, where, ranks);
+          const auto& run = config.train.run;
+          const std::string needs =
+              check_needs(run.backend, run.comm, ranks, config_path + ": keys 'run.backend/comm'");
+          if (rank0) std::fputs((verdict + needs).c_str(), stdout);
+          return 0;
+        }
+        // Before anything is measured, identically on every rank: can this machine run it?
+        const auto& run = config.train.run;
+        try {
+          require_backend(parse_device_kind(run.backend), parse_comm_backend(run.comm),
+                          MPI_COMM_WORLD);
+        } catch (const ConfigError& e) {
+          throw ConfigError(config_path + ": keys 'run.backend/comm': " + e.what());
+        }
+        // Launched by scripts/emulated_cluster.sh: the rows record the emulated topology.
+        if (const char* topology = std::getenv("TED_TOPOLOGY"))
+          config.backend += std::string(" (") + topology + ")";
+        Plan plan = planner(config, where, mpi.world_size());
+        check_layouts(plan, where);
+        check_output();
+        plan = select_point(std::move(plan), point, mpi.world_size(), where);
+        const std::vector<std::string> verdicts = memory_verdicts(plan, config, mpi);
+        if (!verdicts.empty() && std::all_of(verdicts.begin(), verdicts.end(),
+                                             [](const std::string& v) { return !v.empty(); }))
+          throw ConfigError(where + ": no point fits in memory here: " + verdicts.front());
+        if (rank0) {
+          std::printf("# ted_%s %s: %s, %zu points on %d ranks, warm-up %d, timed %d\n",
+                      experiment.c_str(), std::string(git_revision()).c_str(), config_path.c_str(),
+                      plan.points.size(), mpi.world_size(), config.warmup, config.iters);
+          for (const auto& line : plan.skipped) std::printf("# %s\n", line.c_str());
+        }
+        auto world = MpiCommunicator::world(nullptr);
+        const std::string command = command_line(argc, argv);
+        std::vector<Result> results;
+        std::size_t written = 0;
+        for (std::size_t i = 0; i < plan.points.size(); ++i) {
+          const Point& point = plan.points[i];
+          if (verdicts[i].empty()) {
+            results.push_back(measure(point, *world, config.warmup, config.iters));
+          } else {  // never allocated: a row saying it does not fit, and the sweep goes on
+            results.emplace_back();
+            results.back().status = "not run: does not fit: " + verdicts[i];
+          }
+          if (!rank0) continue;
+          // Each row is in the CSV as soon as it is measured: a run that dies later keeps it.
+          CsvTable row = result_table();
+          add_result(row, config, point, results.back(), command);
+          append_rows(row, config.csv);
+          ++written;
+          print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()), point,
+                         results.back());
+        }
+        if (rank0 && written == 0) std::printf("# nothing measured: no CSV written\n");
+        if (rank0 && written > 0) {
+          if (summary) summary(plan.points, results);
+          std::printf("# CSV: %s (%zu rows appended)\n", config.csv.c_str(), written);
+        }
+        return 0;
+      },
+      &check);
+}
+
+}  // namespace ted::experiments

@@ -1,0 +1,160 @@
+#include "ted/experiments/measure.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <mpi.h>
+#include <sched.h>
+
+#include "ted/backend/registry.hpp"
+#include "ted/comm/mpi_communicator.hpp"
+#include "ted/core/error.hpp"
+#include "ted/core/parallel.hpp"
+#include "ted/grid/ted_groups.hpp"
+#include "ted/train/trainer.hpp"
+
+namespace ted::experiments {
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+constexpr CollectiveOp kOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_gather,
+                                  CollectiveOp::reduce_scatter, CollectiveOp::all_to_all};
+// The result's per-kind columns, in their order.
+constexpr CollectiveOp kReportedOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_to_all,
+                                          CollectiveOp::all_gather, CollectiveOp::reduce_scatter};
+constexpr GroupKind kGroups[4] = {GroupKind::tensor, GroupKind::expert, GroupKind::expert_data,
+                                  GroupKind::nonexpert_data};
+
+// The most ranks of `comm` on one node per CPU they may run on (the union of their affinity
+// masks). Above 1 the OS time-slices the ranks. Collective over `comm`.
+double ranks_per_core(MPI_Comm comm) {
+  MPI_Comm node;
+  TED_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int size = 1;
+  MPI_Comm_size(node, &size);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) CPU_SET(0, &mask);
+  cpu_set_t cpus;
+  TED_CHECK_MPI(
+      MPI_Allreduce(&mask, &cpus, static_cast<int>(sizeof mask), MPI_BYTE, MPI_BOR, node));
+  MPI_Comm_free(&node);
+  double mine = static_cast<double>(size) / std::max(1, CPU_COUNT(&cpus)), most = 0;
+  TED_CHECK_MPI(MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return most;
+}
+}  // namespace
+
+Result measure(const Point& point, Communicator& world, int warmup, int iters) {
+  const int G = point.layout.world_size();
+  TED_CHECK(G <= world.size(), "point needs more ranks than launched");
+  const bool active = world.rank() < G;
+  auto ranks = world.split(active ? 0 : 1, world.rank(), GroupKind::custom);
+  Result result;
+  if (active) {
+    const auto& run = point.train.run;
+    auto* host = dynamic_cast<MpiCommunicator*>(ranks.get());
+    TED_CHECK(host != nullptr, "the experiments' world must be MPI on host memory");
+    // Over the point's ranks only: the others are not here.
+    auto base = make_device(parse_device_kind(run.backend), host->native_handle());
+    TrackingDevice device(*base);
+    auto device_world = make_device_communicator(parse_comm_backend(run.comm), device,
+                                                 host->native_handle(), nullptr);
+    result.device = device.name();
+    result.threads = parallel_threads();
+    result.comm = device_world->name();
+    ProcessGrid grid(G, point.layout);
+    TedGroups groups(*ranks, *device_world, grid);
+    Ledger ledger;
+    for (auto kind : kGroups) groups.group(kind).set_ledger(&ledger);
+    train::Trainer trainer(point.train, device, G > 1 ? &groups : nullptr);
+    const int steps = iters == 0 ? 1 : warmup + iters;
+    std::vector<double> times, comms, op_times[4];
+    double flops = 0;
+    for (int step = 0; step < steps; ++step) {
+      ledger.clear();
+      ranks->barrier();
+      double start = now();
+      auto record = trainer.step(step);
+      // This rank's step, its collectives, and those by reported kind (every group).
+      double mine[6] = {now() - start, ledger.total().seconds};
+      for (int i = 0; i < 4; ++i) mine[2 + i] = ledger.total(kReportedOps[i]).seconds;
+      mine[3] += ledger.total(CollectiveOp::all_to_all_v).seconds;
+      std::vector<double> all(6 * static_cast<std::size_t>(G));
+      ranks->all_gather(mine, all.data(), 6, DataType::f64);
+      result.final_loss = record.loss;
+      if (iters > 0 && step >= warmup) {
+        // The step lasts as long as its slowest rank; the collective time and its kinds are
+        // one rank's, the one with the most, so that the kinds add up to it.
+        double slowest = 0;
+        std::size_t most = 0;
+        for (std::size_t r = 0; r < static_cast<std::size_t>(G); ++r) {
+          slowest = std::max(slowest, all[6 * r]);
+          if (all[6 * r + 1] > all[6 * most + 1]) most = r;
+        }
+        times.push_back(slowest * 1e3);
+        comms.push_back(all[6 * most + 1] * 1e3);
+        for (int i = 0; i < 4; ++i) op_times[i].push_back(all[6 * most + 2 + i] * 1e3);
+        flops = record.flops;
+      }
+    }
+    for (int i = 0; i < 4; ++i)
+      for (auto kind : kGroups) result.bytes_sent[i] += ledger.total(kOps[i], kind).bytes_sent;
+    result.all_to_all_calls = ledger.total(CollectiveOp::all_to_all, GroupKind::expert).calls;
+    for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
+      result.peak[c] = device.usage(static_cast<MemoryCategory>(c)).peak;
+    result.peak_total = device.total().peak;
+    std::uint64_t peaks[kMemoryCategoryCount + 1];
+    for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) peaks[c] = result.peak[c];
+    peaks[kMemoryCategoryCount] = result.peak_total;
+    ranks->all_reduce(peaks, peaks, kMemoryCategoryCount + 1, DataType::i64, ReduceOp::max);
+    for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) result.peak[c] = peaks[c];
+    result.peak_total = peaks[kMemoryCategoryCount];
+    ranks->all_reduce(&flops, &flops, 1, DataType::f64);  // summed over ranks
+    for (const auto& spec : trainer.params().specs()) {
+      std::uint64_t n = 1;
+      for (int d : spec.shape) n *= static_cast<std::uint64_t>(d);
+      result.parameters += n;
+    }
+    if (run.backend == "cpu") result.ranks_per_core = ranks_per_core(host->native_handle());
+    if (!times.empty()) {
+      split_time(times, comms, op_times, &result);
+      const auto& t = point.train;
+      double tokens = static_cast<double>(t.data.micro_batch) * t.data.micro_batches *
+                      point.layout.expert * point.layout.data * t.model.seq_len;
+      result.tokens_per_s = tokens / (result.time_ms.median * 1e-3);
+      result.tflops_per_rank = flops / G / (result.time_ms.median * 1e-3) / 1e12;
+    }
+  }
+  world.barrier();
+  return result;
+}
+
+void split_time(const std::vector<double>& times, const std::vector<double>& comms,
+                const std::vector<double> (&op_times)[4], Result* r) {
+  TED_CHECK(!times.empty() && comms.size() == times.size(), "one collective time per iteration");
+  r->time_ms = summarize(times);
+  std::vector<std::size_t> order(times.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return times[a] < times[b]; });
+  // The lower middle iteration: its time is at most the (interpolated) median, and a rank's
+  // collectives lie inside its step, so its comm fits in the median time. The clamp only
+  // guards inputs that break that.
+  const std::size_t median = order[(order.size() - 1) / 2];
+  const double scale = comms[median] > r->time_ms.median && comms[median] > 0
+                           ? r->time_ms.median / comms[median]
+                           : 1.0;
+  r->comm_ms = comms[median] * scale;
+  r->compute_ms = r->time_ms.median - r->comm_ms;
+  double kinds = 0;
+  for (int i = 0; i < 4; ++i) {
+    TED_CHECK(op_times[i].size() == times.size(), "one time per kind per iteration");
+    kinds += r->op_ms[i] = op_times[i][median] * scale;
+  }
+  r->other_ms = std::max(r->compute_ms, r->time_ms.median - kinds);
+}
+
+}  // namespace ted::experiments

@@ -1,0 +1,59 @@
+// The points an experiment measures: one configuration (system, layout, model) and the
+// planners that lay out an experiment's points for the ranks at hand.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ted/experiments/config.hpp"
+#include "ted/grid/process_grid.hpp"
+#include "ted/train/train_config.hpp"
+
+namespace ted::experiments {
+
+// One configuration to measure.
+struct Point {
+  System system;
+  Layout layout;
+  train::TrainConfig train;  // with parallel.* and model.checkpoint set for the system
+  std::string model_name;    // e.g. "h64-L4-E8"
+  std::int64_t budget = -1;  // memory experiment: the per-rank budget this point is judged by
+};
+// global_batch > 0: the point's data.micro_batches from the whole step's sequences (a
+// ConfigError naming `where` when they do not divide over its data-parallel ranks).
+Point make_point(const ExperimentConfig& config, const System& system, Layout layout,
+                 const train::TrainConfig& train, int global_batch = 0,
+                 const std::string& where = "");
+
+// What an experiment program plugs in: the points to measure for the ranks at hand (and a line
+// for each point that needs more ranks than launched), and what to say at the end.
+struct Plan {
+  std::vector<Point> points;
+  std::vector<std::string> skipped;
+};
+using Planner =
+    std::function<Plan(const ExperimentConfig& config, const std::string& where, int world_size)>;
+
+// The layout of layout.tp/ep/dp (dp 0: all launched ranks). Returns false, with a line in
+// `skipped`, when it needs more ranks than launched; a layout that does not fit is a
+// ConfigError naming the keys.
+bool fixed_layout(const ExperimentConfig& config, const std::string& where, int world_size,
+                  Layout* layout, std::vector<std::string>* skipped);
+
+// The sweep points of weak and strong scaling and of the memory experiment's layouts: one
+// layout per entry of sweep.ranks / sweep.tp / sweep.ep, the model changed by sweep.hidden /
+// heads / layers where given, every system at every point. Points needing more ranks than
+// launched are skipped with a line.
+Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+
+// The other experiments' plans: the ablation (every system on layout.*), strong scaling (the
+// sweep with the whole step's data.micro_batches shared by the data-parallel ranks), memory
+// (the sweep's layouts plus the family within memory.budget_bytes on layout.*).
+Plan ablation_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+Plan strong_scaling_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+Plan memory_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+Planner plan_for(const std::string& experiment);
+
+}  // namespace ted::experiments
