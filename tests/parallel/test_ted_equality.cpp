@@ -654,15 +654,9 @@ TEST_CASE("the traffic and FLOP models equal the ledger and the model's own coun
       ted::TedGroups groups(ted::test::control(), world, grid);
       for (const auto& sw : kSwitches)
         for (const auto& grad_dtype : gradient_types(sw)) {
-          auto config = tiny(G, top_k);
+          auto config = configured(G, top_k, layout, sw);
           config.data.micro_batches = 2;
-          config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
-                             sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
-          config.parallel.cac_all_reduce = sw.cac_all_reduce;
-          config.model.checkpoint = sw.checkpoint;
-          config.model.attention = sw.attention;
           config.model.grad_dtype = grad_dtype;
-          config.run.dtype = ted::test::dtype();
           INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", gradients "
                       << grad_dtype << ", rank " << world.rank());
           double flops = 0;
@@ -742,15 +736,9 @@ TEST_CASE("the memory model matches the allocator's peaks within 5%") {
     ted::TedGroups groups(ted::test::control(), world, grid);
     for (const auto& sw : kSwitches)
       for (const auto& grad_dtype : gradient_types(sw)) {
-        auto config = tiny(G, 1);
+        auto config = configured(G, 1, layout, sw);
         config.data.micro_batches = 2;
-        config.parallel = {layout.tensor,     layout.expert, layout.data, sw.dtd,          sw.cac,
-                           sw.reduce_scatter, sw.zero1,      sw.tile,     sw.split_experts};
-        config.parallel.cac_all_reduce = sw.cac_all_reduce;
-        config.model.checkpoint = sw.checkpoint;
-        config.model.attention = sw.attention;
         config.model.grad_dtype = grad_dtype;
-        config.run.dtype = ted::test::dtype();
         INFO(layout.to_string() << ", " << sw.name << ", gradients " << grad_dtype << ", rank "
                                 << world.rank());
         ted::TrackingDevice device(ted::test::device());
