@@ -2,9 +2,10 @@
 // result that depends on block order changes between launches), the threads of a block as
 // fibers on this thread, switched at barriers and warp-wide operations (include/ted_emu/
 // device.hpp). A fiber whose thread ends without having waited runs the block's next thread on
-// the same stack, so a kernel without barriers costs a call per thread, not a context switch. A block whose threads can no longer all make progress (a barrier some threads
-// never reach while others wait in a warp operation, a warp operation naming lanes that exited)
-// fails the launch with the reason on stderr, where a GPU would hang or return garbage.
+// the same stack, so a kernel without barriers costs a call per thread, not a context switch. A
+// block whose threads can no longer all make progress (a barrier some threads never reach while
+// others wait in a warp operation, a warp operation naming lanes that exited) fails the launch with
+// the reason on stderr, where a GPU would hang or return garbage.
 #include <sys/mman.h>
 #include <unistd.h>
 
