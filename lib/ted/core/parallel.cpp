@@ -1,83 +1,140 @@
 #include "ted/core/parallel.hpp"
 
 #include <algorithm>
-#include <condition_variable>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "ted/core/system.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TED_CPU_RELAX() _mm_pause()
+#else
+#define TED_CPU_RELAX() std::this_thread::yield()
+#endif
+
 namespace ted {
 namespace {
 
+// How long a thread spins on a flag before it sleeps: long enough to catch the next parallel
+// loop of a step (they follow each other within microseconds), short enough that an idle pool
+// gives its cores back at once.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+// Spins until ready() or kSpin has passed; true when ready.
+template <typename Ready>
+bool spin_until(Ready&& ready) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int round = 0;; ++round) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      TED_CPU_RELAX();
+    }
+    if (std::chrono::steady_clock::now() >= until) return ready();
+  }
+}
+
+thread_local bool in_parallel = false;  // inside a chunk: nested loops run inline
+
+// One job at a time. state_ is the claim word: the job's generation (high 32 bits), its chunk
+// count (16 bits) and the next unclaimed chunk (16 bits). A thread owns a chunk once its
+// compare-exchange moved the next index past it; a job ends only when all its chunks are
+// reported done, so whoever owns a chunk may still read the job's body.
 class Pool {
  public:
+  static constexpr int kMaxChunks = 0xffff;
+
   explicit Pool(int threads) : threads_(threads) {
-    for (int t = 1; t < threads_; ++t) workers_.emplace_back([this, t] { work(t); });
+    for (int t = 1; t < threads_; ++t) workers_.emplace_back([this] { work(); });
   }
   ~Pool() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
+    stop_.store(true);
+    wake_.fetch_add(1);
     wake_.notify_all();
     for (auto& worker : workers_) worker.join();
   }
   int threads() const { return threads_; }
 
+  // chunk(c) for every c in [0, chunks), chunks <= kMaxChunks; returns when all are done.
   void run(int chunks, const std::function<void(int)>& chunk) {
-    {
-      std::lock_guard lock(mutex_);
-      job_ = &chunk;
-      chunks_ = chunks;
-      pending_ = chunks - 1;
-      ++generation_;
+    if (busy_.exchange(true, std::memory_order_acquire)) {  // another thread's job is running
+      for (int c = 0; c < chunks; ++c) chunk(c);
+      return;
     }
-    wake_.notify_all();
-    chunk(0);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
-    job_ = nullptr;
+    job_.store(&chunk, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    const std::uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+    state_.store(generation << 32 | static_cast<std::uint64_t>(chunks) << 16,
+                 std::memory_order_release);
+    // Sequentially consistent with the worker's count-then-wait, so one of the two sees the
+    // other: either the worker finds wake_ moved, or this sees it sleeping and wakes it.
+    wake_.fetch_add(1);
+    if (sleeping_.load() > 0) wake_.notify_all();
+    help();
+    if (!spin_until([&] { return done_.load(std::memory_order_acquire) == chunks; })) {
+      for (int seen = done_.load(std::memory_order_acquire); seen != chunks;
+           seen = done_.load(std::memory_order_acquire))
+        done_.wait(seen, std::memory_order_acquire);
+    }
+    busy_.store(false, std::memory_order_release);
   }
 
  private:
-  void work(int index) {
-    std::uint64_t seen = 0;
+  // Runs unclaimed chunks of the current job until none is left.
+  void help() {
+    std::uint64_t s = state_.load(std::memory_order_acquire);
     for (;;) {
-      const std::function<void(int)>* job;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        if (index >= chunks_) continue;
-        job = job_;
+      const int chunks = static_cast<int>(s >> 16 & 0xffff), next = static_cast<int>(s & 0xffff);
+      if (next >= chunks) return;
+      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                        std::memory_order_acquire))
+        continue;
+      (*job_.load(std::memory_order_relaxed))(next);
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
+      s = state_.load(std::memory_order_acquire);
+    }
+  }
+
+  void work() {
+    std::uint32_t seen = wake_.load(std::memory_order_acquire);
+    for (;;) {
+      if (!spin_until([&] { return wake_.load(std::memory_order_acquire) != seen; })) {
+        sleeping_.fetch_add(1);
+        wake_.wait(seen);
+        sleeping_.fetch_sub(1);
       }
-      (*job)(index);
-      std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      seen = wake_.load(std::memory_order_acquire);
+      if (stop_.load()) return;
+      help();
     }
   }
 
   int threads_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  const std::function<void(int)>* job_ = nullptr;
-  int chunks_ = 0;
-  int pending_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<std::uint64_t> state_{0};
+  std::atomic<const std::function<void(int)>*> job_{nullptr};
+  std::atomic<int> done_{0};
+  std::atomic<std::uint32_t> wake_{0};  // bumped per job: what idle workers watch
+  std::atomic<int> sleeping_{0};        // workers blocked in wake_.wait
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> stop_{false};
 };
 
+int env_int(const char* name) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  return *end == '\0' && value > 0 && value < (1L << 20) ? static_cast<int>(value) : 0;
+}
+
 int configured_threads() {
-  if (const char* text = std::getenv("TED_NUM_THREADS")) {
-    int value = std::atoi(text);
-    if (value >= 1) return value;
-  }
-  return affinity_cpus();  // a rank bound to 4 cores runs 4 threads, not the machine's count
+  if (const int asked = env_int("TED_NUM_THREADS")) return asked;
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return parallel_threads_default(affinity_cpus(), machine, launcher_local_ranks());
 }
 
 Pool& pool() {
@@ -85,37 +142,58 @@ Pool& pool() {
   return instance;
 }
 
-}  // namespace
-
-int parallel_threads() {
-  return pool().threads();
-}
-
-namespace {
-thread_local bool in_parallel = false;  // inside a chunk of a parallel_for: nested ones run inline
-}  // namespace
-
-bool in_parallel_region() {
-  return in_parallel;
-}
-
-void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body,
-                  std::int64_t grain) {
-  if (n <= 0) return;
-  Pool& p = pool();
-  auto chunks = static_cast<int>(std::min<std::int64_t>(p.threads(), (n + grain - 1) / grain));
+// Runs body over `chunks` equal chunks of [0, n) on the pool (inline when nested or single).
+void run_chunks(std::int64_t n, int chunks, const ChunkBody& body) {
   if (chunks <= 1 || in_parallel) {
     body(0, n);
     return;
   }
   std::function<void(int)> chunk = [&](int c) {
-    std::int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
-    const bool outer = in_parallel;
+    const std::int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
     in_parallel = true;
     body(begin, end);
-    in_parallel = outer;
+    in_parallel = false;
   };
-  p.run(chunks, chunk);
+  pool().run(chunks, chunk);
+}
+
+// Chunks per thread of parallel_for: enough that a late thread's share is taken over in pieces.
+constexpr std::int64_t kChunksPerThread = 4;
+
+}  // namespace
+
+int parallel_threads_default(int cpus, int machine_cpus, int local_ranks) {
+  cpus = std::max(1, cpus);
+  if (local_ranks > 1 && cpus >= machine_cpus) return std::max(1, cpus / local_ranks);
+  return cpus;
+}
+
+int launcher_local_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const int ranks = env_int(name)) return ranks;
+  return 0;
+}
+
+int parallel_threads() {
+  return pool().threads();
+}
+
+bool in_parallel_region() {
+  return in_parallel;
+}
+
+void parallel_for(std::int64_t n, const ChunkBody& body, std::int64_t grain) {
+  if (n <= 0) return;
+  const std::int64_t threads = pool().threads();
+  const std::int64_t pieces = std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1));
+  const auto chunks = static_cast<int>(
+      std::min({threads * kChunksPerThread, pieces, static_cast<std::int64_t>(Pool::kMaxChunks)}));
+  run_chunks(n, threads > 1 ? chunks : 1, body);
+}
+
+void parallel_chunks(std::int64_t n, int chunks, const ChunkBody& body) {
+  if (n <= 0) return;
+  run_chunks(n, static_cast<int>(std::min<std::int64_t>({chunks, n, Pool::kMaxChunks})), body);
 }
 
 }  // namespace ted

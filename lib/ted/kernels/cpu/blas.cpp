@@ -9,10 +9,12 @@ namespace ted::kernels::cpu {
 
 bool pool_threads_blas() {
 #if defined(TED_HAVE_OPENBLAS_THREADS)
+  // One set of threads: OpenBLAS stays on the calling thread whatever OPENBLAS_NUM_THREADS says
+  // (its workers spin after each call and would take the cores the pool, or the other ranks of
+  // this machine, need next); the pool cuts the large GEMMs when it has more than one thread.
   static const bool settled = [] {
-    if (parallel_threads() <= 1) return false;
     openblas_set_num_threads(1);
-    return true;
+    return parallel_threads() > 1;
   }();
   return settled;
 #else
@@ -38,24 +40,22 @@ void split(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, 
     gemm_here(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
+  // One block per thread: each block packs the other operand again, so no more blocks than
+  // threads (a thread that is late leaves its block to the one that finished first).
   if (m >= n || m >= threads * kMinBlock) {  // blocks of rows of C and of op(A)
-    parallel_for(
-        m,
-        [&](std::int64_t first, std::int64_t last) {
-          const T* a_rows = ta ? a + first : a + first * lda;
-          gemm_here(ta, tb, static_cast<int>(last - first), n, k, alpha, a_rows, lda, b, ldb, beta,
-                    c + first * ldc, ldc);
-        },
-        kMinBlock);
+    parallel_chunks(m, std::min(threads, m / kMinBlock),
+                    [&](std::int64_t first, std::int64_t last) {
+                      const T* a_rows = ta ? a + first : a + first * lda;
+                      gemm_here(ta, tb, static_cast<int>(last - first), n, k, alpha, a_rows, lda, b,
+                                ldb, beta, c + first * ldc, ldc);
+                    });
   } else {  // blocks of columns of C and of op(B)
-    parallel_for(
-        n,
-        [&](std::int64_t first, std::int64_t last) {
-          const T* b_cols = tb ? b + first * ldb : b + first;
-          gemm_here(ta, tb, m, static_cast<int>(last - first), k, alpha, a, lda, b_cols, ldb, beta,
-                    c + first, ldc);
-        },
-        kMinBlock);
+    parallel_chunks(n, std::min(threads, n / kMinBlock),
+                    [&](std::int64_t first, std::int64_t last) {
+                      const T* b_cols = tb ? b + first * ldb : b + first;
+                      gemm_here(ta, tb, m, static_cast<int>(last - first), k, alpha, a, lda, b_cols,
+                                ldb, beta, c + first, ldc);
+                    });
   }
 }
 

@@ -2,24 +2,23 @@
 //   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, op = transpose when the flag is set.
 // lda/ldb/ldc are row strides, so strided sub-matrices (one head of a QKV buffer) need no copy.
 //
-// Threads: with OpenBLAS and more than one pool thread (TED_NUM_THREADS), the suite's pool
-// threads the GEMMs itself: a large GEMM's output is cut into one block of rows (or columns)
-// per thread, each a one-thread BLAS call, and OpenBLAS is told to stay on one thread. So one
-// set of threads runs everything, GEMMs and element-wise kernels alike; OpenBLAS's own workers,
-// which spin for a while after each call, no longer take the cores the pool needs next. A GEMM
-// inside a parallel_for (the fused attention's tiles, experts side by side) runs on its thread.
-// Each element's k products are the same; OpenBLAS's kernels for the blocks' edges may add them
-// in another order, so results follow TED_NUM_THREADS by rounding, as they follow
-// OPENBLAS_NUM_THREADS when OpenBLAS splits.
-// With another CBLAS, or one pool thread, the BLAS threads its GEMMs as it is told
-// (OPENBLAS_NUM_THREADS and the like).
+// Threads: with OpenBLAS, the suite's pool (core/parallel.hpp) is the only set of threads.
+// OpenBLAS is told to stay on the calling thread, and with more than one pool thread a large
+// GEMM's output is cut into one block of rows (or columns) per thread, each a one-thread BLAS
+// call; so OpenBLAS's own workers, which spin for a while after each call, never take the cores
+// the pool (or the other ranks of the machine) needs next. A GEMM inside a parallel_for (the
+// fused attention's tiles, experts side by side) runs on its thread. Each element's k products
+// are the same; OpenBLAS's kernels for the blocks' edges may add them in another order, so
+// results follow TED_NUM_THREADS by rounding. With another CBLAS the BLAS threads its GEMMs as
+// it is told (its own environment variables).
 #pragma once
 
 #include <cblas.h>
 
 namespace ted::kernels::cpu {
 
-// True when the pool threads the GEMMs (above); the first call settles it for the process.
+// True when the pool threads the GEMMs (above); the first call settles it for the process (and
+// with OpenBLAS keeps OpenBLAS on one thread).
 bool pool_threads_blas();
 
 namespace blas_detail {
