@@ -4,6 +4,8 @@
 // backward, and the experts on an exchange's [sources, experts, rows, h] layout.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include "backend/backend.hpp"
 #include "ted/kernels/cpu/gating.hpp"
 #include "ted/kernels/cpu/layers.hpp"
@@ -85,6 +87,20 @@ TEST_CASE("routing makes the CPU reference's choices", "[ops][gate]") {
       CHECK(download_i32(r.expert) == want.expert);
       CHECK(download_i32(r.slot) == want.slot);
       CHECK(download_i32(r.first_count) == want.first_count);
+      // The kept choices per expert, where the backend reports them (the CPU does, unless
+      // TED_FULL_CAPACITY): they fill exactly slots 0 .. kept - 1.
+      if (ops<float>().name() == "cpu" && !std::getenv("TED_FULL_CAPACITY"))
+        CHECK(r.kept.size() == static_cast<std::size_t>(E));
+      if (!r.kept.empty()) {
+        std::vector<std::int32_t> kept(E, 0), last(E, -1);
+        for (std::size_t c = 0; c < want.slot.size(); ++c)
+          if (want.slot[c] >= 0) {
+            ++kept[want.expert[c]];
+            last[want.expert[c]] = std::max(last[want.expert[c]], want.slot[c]);
+          }
+        CHECK(r.kept == kept);
+        for (int e = 0; e < E; ++e) CHECK(last[e] + 1 == kept[e]);
+      }
       const auto stats = ops<float>().routing_stats(r);
       CHECK(stats.dropped == want.dropped());
       CHECK_CLOSE_TO_REFERENCE(float, download(r.probs), want.probs);
@@ -167,9 +183,13 @@ TEMPLATE_TEST_CASE("dispatch and combine into a padded capacity, forward and bac
   CHECK_CLOSE_TO_REFERENCE(T, download(gdx), dx);
 }
 
-TEMPLATE_TEST_CASE("experts on the exchange's [sources, experts, rows, h] blocks", "[ops][experts]",
-                   float, ted::Half, ted::BFloat16) {
-  using T = TestType;
+namespace {
+
+// The experts against the CPU layers block by block. used (one per block, or empty for all
+// rows): rows past used[b] are empty slots, with a zero gradient; there the backend's out is
+// 0 or the full computation, and its input gradient 0.
+template <typename T>
+void check_experts(const std::vector<std::int32_t>& used) {
   const int sources = 2, E = 3, R = 10, h = 16, f = 24;
   const int blocks = sources * E;
   const std::size_t in_size = static_cast<std::size_t>(blocks) * R * h;
@@ -179,6 +199,10 @@ TEMPLATE_TEST_CASE("experts on the exchange's [sources, experts, rows, h] blocks
   auto w2 = rounded<T>(random_vector(wsize, 42, 0.3f)),
        d_out = rounded<T>(random_vector(in_size, 43));
   auto b1 = rounded<T>(random_vector(E * f, 44));
+  auto empty = [&](int b, int row) { return !used.empty() && row >= used[b]; };
+  for (int b = 0; b < blocks; ++b)
+    for (int row = 0; row < R; ++row)
+      if (empty(b, row)) std::fill_n(d_out.begin() + (b * R + row) * h, h, 0.0f);
   std::vector<float> hidden(mid), act(mid), out(in_size), d_act(mid), d_in(in_size, 0.0f);
   std::vector<float> dw1(wsize, 0.0f), dw2(wsize, 0.0f), db1(E * f, 0.0f), db2(E * h, 0.0f);
   for (int b = 0; b < blocks; ++b) {  // per block, the CPU layers on expert b mod E
@@ -195,12 +219,24 @@ TEMPLATE_TEST_CASE("experts on the exchange's [sources, experts, rows, h] blocks
       gdin(device(), in_size);
   auto gdw1 = zeros<float>(device(), wsize), gdw2 = zeros<float>(device(), wsize),
        gdb1 = zeros<float>(device(), E * f), gdb2 = zeros<float>(device(), E * h);
+  const std::int32_t* used_rows = used.empty() ? nullptr : used.data();
   ops<T>().experts_forward(gin.data(), gw1.data(), gb1.data(), gw2.data(), ghidden.data(),
-                           gact.data(), gout.data(), sources, E, R, h, f);
-  CHECK_CLOSE_TO_REFERENCE(T, download(ghidden), hidden);
-  CHECK_CLOSE_TO_REFERENCE(T, download(gout), out);
-  // The reference backward on the backend's own (rounded) activations.
-  auto hidden_seen = download(ghidden), act_seen = download(gact);
+                           gact.data(), gout.data(), sources, E, R, h, f, used_rows);
+  auto out_seen = download(gout), hidden_seen = download(ghidden), act_seen = download(gact);
+  // Empty rows: out is 0 or computed; hidden and act are unspecified, so take the reference's
+  // (the backward below runs the reference on the backend's own rounded activations).
+  for (int b = 0; b < blocks; ++b)
+    for (int row = 0; row < R; ++row) {
+      if (!empty(b, row)) continue;
+      const std::size_t at = static_cast<std::size_t>(b * R + row);
+      const bool zero = std::all_of(out_seen.begin() + at * h, out_seen.begin() + (at + 1) * h,
+                                    [](float v) { return v == 0.0f; });
+      if (zero) std::fill_n(out.begin() + at * h, h, 0.0f);
+      std::copy_n(hidden.begin() + at * f, f, hidden_seen.begin() + at * f);
+      std::copy_n(act.begin() + at * f, f, act_seen.begin() + at * f);
+    }
+  CHECK_CLOSE_TO_REFERENCE(T, hidden_seen, hidden);
+  CHECK_CLOSE_TO_REFERENCE(T, out_seen, out);
   for (int b = 0; b < blocks; ++b) {
     const int e = b % E;
     float* da = d_act.data() + b * R * f;
@@ -214,10 +250,30 @@ TEMPLATE_TEST_CASE("experts on the exchange's [sources, experts, rows, h] blocks
   }
   ops<T>().experts_backward(gin.data(), gw1.data(), gw2.data(), ghidden.data(), gact.data(),
                             gdout.data(), gdin.data(), gdw1.data(), gdb1.data(), gdw2.data(),
-                            gdb2.data(), sources, E, R, h, f);
-  CHECK_CLOSE_TO_REFERENCE(T, download(gdin), d_in);
+                            gdb2.data(), sources, E, R, h, f, used_rows);
+  const auto d_in_seen = download(gdin);
+  CHECK_CLOSE_TO_REFERENCE(T, d_in_seen, d_in);
+  bool empty_rows_zero = true;
+  for (int b = 0; b < blocks; ++b)
+    for (int row = 0; row < R; ++row)
+      if (empty(b, row))
+        for (int j = 0; j < h; ++j) empty_rows_zero &= d_in_seen[(b * R + row) * h + j] == 0.0f;
+  CHECK(empty_rows_zero);
   CHECK_CLOSE_TO_REFERENCE(float, download(gdw1), dw1);
   CHECK_CLOSE_TO_REFERENCE(float, download(gdw2), dw2);
   CHECK_CLOSE_TO_REFERENCE(float, download(gdb1), db1);
   CHECK_CLOSE_TO_REFERENCE(float, download(gdb2), db2);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("experts on the exchange's [sources, experts, rows, h] blocks", "[ops][experts]",
+                   float, ted::Half, ted::BFloat16) {
+  SECTION("every row") {
+    check_experts<TestType>({});
+  }
+  // Blocks full, empty, partly filled and one row, as the MoE layer passes its kept slots.
+  SECTION("empty slots left out") {
+    check_experts<TestType>({10, 0, 7, 1, 4, 9});
+  }
 }

@@ -104,7 +104,7 @@ TEMPLATE_TEST_CASE("one expert: routing, dispatch, the expert and combine",
   Tensor<T> ghidden(device(), hidden.size()), gact(device(), act.size()),
       gout(device(), out.size());
   ops<T>().experts_forward(buffer.data(), gw1.data(), gb1.data(), gw2.data(), ghidden.data(),
-                           gact.data(), gout.data(), 1, 1, 18, h, f);
+                           gact.data(), gout.data(), 1, 1, 18, h, f, nullptr);
   CHECK_CLOSE_TO_REFERENCE(T, download(gout), out);
   std::vector<float> y(S * h, 0.0f);
   const auto weights = download(r.weight);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "ted/core/random.hpp"
 #include "ted/kernels/cpu/flash_attention.hpp"
 #include "ted/kernels/cpu/layers.hpp"
+#include "ted/kernels/elementwise.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/model/moe.hpp"
 
@@ -254,6 +256,92 @@ TEST_CASE("gradcheck: gate + dispatch + experts + combine") {
     CHECK(check_gradient(n + ": d w2", loss, w2.data(), w2.size(), dw2.data()) < kTolerance);
     CHECK(check_gradient(n + ": d b2", loss, b2.data(), b2.size(), db2.data()) < kTolerance);
   }
+}
+
+// What the capacity buffers, the exchange's layout and the empty slots left out of the experts'
+// GEMMs must add up to: each kept choice's expert FFN on its token, times its weight. Then the
+// same layer with every slot computed (TED_FULL_CAPACITY=1, as DeepSpeed-MoE and the CUDA
+// backend run it) gives the same output and gradients.
+TEST_CASE("MoE layer: each kept choice's expert FFN, weighted; empty slots left out or not alike") {
+  const int S = 40, h = 6, f = 10, E = 4;
+  const int top_k = GENERATE(1, 2);
+  INFO("top-" << top_k);
+  ted::model::GateConfig config;
+  config.experts = E;
+  config.top_k = top_k;
+  config.capacity_factor =
+      1.0;  // slots for every choice: the uneven loads drop some, leave some empty
+  config.min_capacity = 1;
+  auto device = ted::make_cpu_device();
+  auto ops = ted::make_ops<double>(*device);
+  Vec x = random_vector(S * h, 30), gate = random_vector(h * E, 31);
+  Vec w1 = random_vector(E * h * f, 32, 0.5), b1 = random_vector(E * f, 33, 0.1);
+  Vec w2 = random_vector(E * f * h, 34, 0.5), b2 = random_vector(E * h, 35, 0.1);
+  Vec dy = random_vector(S * h, 36);
+  const ted::model::MoeParams<double> params{gate.data(), w1.data(), b1.data(), w2.data(),
+                                             b2.data()};
+  const ted::model::MoeShape shape{S, h, f, E};
+  const ted::model::RoutingKey key{5, 2, 1, 100};
+  struct Result {
+    Vec y, dx, grads;
+    int slots = 0, kept = 0;
+  };
+  auto run = [&](bool full) {
+    if (full)
+      setenv("TED_FULL_CAPACITY", "1", 1);
+    else
+      unsetenv("TED_FULL_CAPACITY");
+    Result out;
+    out.y.assign(S * h, 0);
+    out.dx.assign(S * h, 0);
+    Vec dgate(h * E, 0), dw1(w1.size(), 0), db1(b1.size(), 0), dw2(w2.size(), 0), db2(b2.size(), 0);
+    ted::model::MoeActivations<double> acts;
+    ted::model::moe_forward(*ops, x.data(), out.y.data(), shape, config, key, params, {}, acts);
+    ted::model::moe_backward(
+        *ops, x.data(), dy.data(), out.dx.data(), shape, params, {}, acts, 0.1,
+        ted::model::MoeGrads<double>{dgate.data(), dw1.data(), db1.data(), dw2.data(), db2.data()});
+    for (const Vec* g : {&dgate, &dw1, &db1, &dw2, &db2})
+      out.grads.insert(out.grads.end(), g->begin(), g->end());
+    out.slots = E * acts.routing.capacity;
+    for (int k : acts.routing.kept) out.kept += k;
+    // The naive layer on the routing's choices.
+    const auto& r = acts.routing;
+    Vec want(S * h, 0), z(f);
+    for (int c = 0; c < S * top_k; ++c) {
+      if (r.slot[c] < 0) continue;
+      const int s = c / top_k, e = r.expert[c];
+      for (int j = 0; j < f; ++j) {
+        double sum = b1[e * f + j];
+        for (int i = 0; i < h; ++i) sum += x[s * h + i] * w1[(e * h + i) * f + j];
+        z[j] = ted::kernels::gelu(sum);
+      }
+      for (int i = 0; i < h; ++i) {
+        double sum = b2[e * h + i];
+        for (int j = 0; j < f; ++j) sum += z[j] * w2[(e * f + j) * h + i];
+        want[s * h + i] += r.weight[c] * sum;
+      }
+    }
+    double worst = 0;
+    for (int i = 0; i < S * h; ++i) worst = std::max(worst, std::abs(out.y[i] - want[i]));
+    CHECK(worst < 1e-12);
+    return out;
+  };
+  const Result skipped = run(false), full = run(true);
+  unsetenv("TED_FULL_CAPACITY");
+  CHECK(skipped.kept > 0);
+  CHECK(skipped.kept < skipped.slots);  // some slots are empty: there is something to leave out
+  CHECK(full.kept == 0);                // every slot computed: the routing reports none
+  auto close = [](const Vec& a, const Vec& b) {
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, std::abs(a[i] - b[i]));
+      scale = std::max(scale, std::abs(b[i]));
+    }
+    return worst <= 1e-13 * std::max(scale, 1.0);
+  };
+  CHECK(close(skipped.y, full.y));
+  CHECK(close(skipped.dx, full.dx));
+  CHECK(close(skipped.grads, full.grads));
 }
 
 TEST_CASE("gradcheck: whole tiny MoE GPT (top-2, drops, RTS, aux loss)") {

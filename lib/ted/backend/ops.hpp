@@ -141,13 +141,18 @@ class Ops {
   // (block b belongs to local expert b mod experts); w1 [experts, h, f], b1 [experts, f],
   // w2 [experts, f, h]. Keeps hidden (before GeLU) and act [.., rows, f]; out = act W2 without
   // its bias (the model adds b2 after the tensor reduction).
+  // used_rows (host, one per block, or null for all rows): block b's rows at or past
+  // used_rows[b] are empty capacity slots. A backend may leave them out: their out rows are
+  // then 0 and their hidden and act rows unspecified, so callers read out only where tokens are.
   virtual void experts_forward(const T* in, const T* w1, const T* b1, const T* w2, T* hidden,
-                               T* act, T* out, int sources, int experts, int rows, int h,
-                               int f) = 0;
-  // d_in overwritten; the parameter gradients accumulate (db2 over d_out's rows).
+                               T* act, T* out, int sources, int experts, int rows, int h, int f,
+                               const std::int32_t* used_rows) = 0;
+  // d_in overwritten; the parameter gradients accumulate (db2 over d_out's rows). used_rows as
+  // in experts_forward, where d_out must be 0 (an empty slot's gradient); d_in is 0 there.
   virtual void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden,
                                 const T* act, const T* d_out, T* d_in, M* dw1, M* db1, M* dw2,
-                                M* db2, int sources, int experts, int rows, int h, int f) = 0;
+                                M* db2, int sources, int experts, int rows, int h, int f,
+                                const std::int32_t* used_rows) = 0;
 
   // ---- the optimizer ---------------------------------------------------------------------------
   // out[i] = g[i] * scale in M, g of type M or T (16-bit gradients are widened here, a tile at

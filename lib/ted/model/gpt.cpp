@@ -255,6 +255,7 @@ void GptModel<T>::release_internals(BlockActs& a) {
       kept.moe[g].dispatch_stash = std::move(a.moe[g].dispatch_stash);
       kept.moe[g].return_stash = std::move(a.moe[g].return_stash);
       kept.moe[g].reduction_stash = std::move(a.moe[g].reduction_stash);
+      kept.moe[g].block_kept = std::move(a.moe[g].block_kept);
     }
     kept.proj_stash = std::move(a.proj_stash);
     kept.ffn_stash = std::move(a.ffn_stash);

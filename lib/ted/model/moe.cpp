@@ -268,12 +268,52 @@ bool block_by_block(const Chunking& k, const MoeExchange& x, const Device& devic
   return k.n > 1 && x.expert != nullptr && device.kind() == DeviceKind::cpu;
 }
 
-// The experts on one chunk, [Ep, El, R, h] -> partial outputs.
+// Per block of this rank's expert rows [Ep sources, El local experts]: the slots that source's
+// routing filled for that expert (Routing::kept), exchanged in the expert group over its
+// control communicator (El ints per peer, host MPI, outside the ledger). The tensor ranks route
+// the same tokens, so their counts agree. Empty when the backend does not report them, or
+// there is no control communicator: the experts then run on every row.
+template <typename M>
+std::vector<std::int32_t> exchange_kept(const Routing<M>& r, const MoeExchange& x) {
+  if (r.kept.empty()) return {};
+  if (!x.expert) return r.kept;  // one source: block b is expert b
+  if (!x.expert_control) return {};
+  std::vector<std::int32_t> blocks(r.kept.size());
+  x.expert_control->all_to_all(r.kept.data(), blocks.data(),
+                               r.kept.size() / static_cast<std::size_t>(x.expert->size()),
+                               DataType::i32);
+  return blocks;
+}
+
+// The rows of each block of chunk c's expert rows that can hold tokens, as a prefix (an upper
+// bound when a slice in between is empty). The chunk's rows are `mult` segments of k.rows(c);
+// segment s holds capacity slots first + i, where first is k.begin(c) in the capacity slice the
+// segment came from (DTD: slice s, gathered for split experts; whole experts: this rank's slice
+// t), and a block's kept slots are 0 .. kept - 1. Empty when `kept` is.
+std::vector<std::int32_t> used_rows(const std::vector<std::int32_t>& kept, const Plan& p,
+                                    const Chunking& k, int c, int mult) {
+  std::vector<std::int32_t> used(kept.size(), 0);
+  const int rows = k.rows(c);
+  for (std::size_t b = 0; b < kept.size(); ++b)
+    for (int s = 0; s < mult; ++s) {
+      const int slice = p.slicing ? (p.split ? s : p.t) : 0;
+      const int in_segment = std::clamp(kept[b] - (slice * p.Cs + k.begin(c)), 0, rows);
+      if (in_segment > 0) used[b] = s * rows + in_segment;
+    }
+  return used;
+}
+
+const std::int32_t* or_null(const std::vector<std::int32_t>& v) {
+  return v.empty() ? nullptr : v.data();
+}
+
+// The experts on one chunk, [Ep, El, R, h] -> partial outputs; `used` as Ops::experts_forward.
 template <typename T>
 void experts_forward_chunk(Ops<T>& ops, const MoeParams<T>& w, const T* in, T* hidden, T* act,
-                           T* out, const Plan& p, int R, bool by_block, InFlight& flight) {
+                           T* out, const Plan& p, int R, const std::int32_t* used, bool by_block,
+                           InFlight& flight) {
   if (!by_block) {
-    ops.experts_forward(in, w.w1, w.b1, w.w2, hidden, act, out, p.Ep, p.El, R, p.h, p.f);
+    ops.experts_forward(in, w.w1, w.b1, w.w2, hidden, act, out, p.Ep, p.El, R, p.h, p.f, used);
     return;
   }
   const std::size_t rh = static_cast<std::size_t>(R) * p.h, rf = static_cast<std::size_t>(R) * p.f;
@@ -281,7 +321,8 @@ void experts_forward_chunk(Ops<T>& ops, const MoeParams<T>& w, const T* in, T* h
   for (std::size_t b = 0; b < p.blocks(); ++b) {
     const std::size_t le = b % static_cast<std::size_t>(p.El);
     ops.experts_forward(in + b * rh, w.w1 + le * hf, w.b1 + le * p.f, w.w2 + le * hf,
-                        hidden + b * rf, act + b * rf, out + b * rh, 1, 1, R, p.h, p.f);
+                        hidden + b * rf, act + b * rf, out + b * rh, 1, 1, R, p.h, p.f,
+                        used ? used + b : nullptr);
     flight.progress();
   }
 }
@@ -289,10 +330,11 @@ void experts_forward_chunk(Ops<T>& ops, const MoeParams<T>& w, const T* in, T* h
 template <typename T, typename M>
 void experts_backward_chunk(Ops<T>& ops, const MoeParams<T>& w, const T* in, const T* hidden,
                             const T* act, const T* d_out, T* d_in, const MoeGrads<M>& g,
-                            const Plan& p, int R, bool by_block, InFlight& flight) {
+                            const Plan& p, int R, const std::int32_t* used, bool by_block,
+                            InFlight& flight) {
   if (!by_block) {
     ops.experts_backward(in, w.w1, w.w2, hidden, act, d_out, d_in, g.w1, g.b1, g.w2, g.b2, p.Ep,
-                         p.El, R, p.h, p.f);
+                         p.El, R, p.h, p.f, used);
     return;
   }
   const std::size_t rh = static_cast<std::size_t>(R) * p.h, rf = static_cast<std::size_t>(R) * p.f;
@@ -301,7 +343,8 @@ void experts_backward_chunk(Ops<T>& ops, const MoeParams<T>& w, const T* in, con
     const std::size_t le = b % static_cast<std::size_t>(p.El);
     ops.experts_backward(in + b * rh, w.w1 + le * hf, w.w2 + le * hf, hidden + b * rf, act + b * rf,
                          d_out + b * rh, d_in + b * rh, g.w1 + le * hf, g.b1 + le * p.f,
-                         g.w2 + le * hf, g.b2 + le * p.h, 1, 1, R, p.h, p.f);
+                         g.w2 + le * hf, g.b2 + le * p.h, 1, 1, R, p.h, p.f,
+                         used ? used + b : nullptr);
     flight.progress();
   }
 }
@@ -360,6 +403,7 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
 
   acts.dispatched = Tensor<T>(device, full);
   ops.dispatch(x, r, acts.dispatched.data(), h, p.Cp);
+  if (!exchange_cfg.reuse_stash) acts.block_kept = exchange_kept(r, exchange_cfg);
 
   // Dispatch exchange: [E, Cp, h] -> this rank's experts' [Ep, El, R, h], in chunks along the
   // sent capacity (one without overlap). Every buffer holds its chunks one after the other.
@@ -420,8 +464,11 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
     // Experts: W1 column-parallel, GeLU, W2 row-parallel (partial sums over the tensor group),
     // while the next chunk's dispatch and the earlier chunks' returns are in flight.
     T* out = partial.data() + at_rows;
+    const auto used = acts.block_kept.empty() ? std::vector<std::int32_t>{}
+                                              : used_rows(acts.block_kept, p, k, c, mult);
     experts_forward_chunk(ops, params, in, acts.hidden.data() + at_f, acts.activated.data() + at_f,
-                          out, q, Rc, block_by_block(k, exchange_cfg, device), flight);
+                          out, q, Rc, or_null(used), block_by_block(k, exchange_cfg, device),
+                          flight);
 
     // Reduce over the tensor group and send back: [Ep, El, Rc, h] -> [E, rows, h]. Under CAC
     // with stash_reduction the forward keeps the reduced output and the recompute reuses it.
@@ -532,8 +579,10 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
     to_expert_rows(device, exchange_cfg.tensor, d_back.data() + at, g_out, p, v);
 
     T* g_in = d_in.data() + at_rows;
+    const auto used = acts.block_kept.empty() ? std::vector<std::int32_t>{}
+                                              : used_rows(acts.block_kept, p, k, c, mult);
     experts_backward_chunk(ops, params, acts.expert_in.data() + at_rows, acts.hidden.data() + at_f,
-                           acts.activated.data() + at_f, g_out, g_in, grads, q, Rc,
+                           acts.activated.data() + at_f, g_out, g_in, grads, q, Rc, or_null(used),
                            block_by_block(k, exchange_cfg, device), flight);
 
     T* slice = d_slice.data() + at;  // chunk c's first exchange is done with it

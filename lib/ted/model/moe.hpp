@@ -65,8 +65,10 @@ struct MoeExchange {
   // block at a time and let MPI progress in between). The same bytes in n times the calls;
   // buffers hold the chunks one after the other, so memory is as without overlap.
   int overlap = 1;
-  // The expert group's host MPI communicator (TedGroups::control), for the one scalar the group
-  // agrees on, the dropless capacity, outside the ledger. Needed with `expert` and dropless.
+  // The expert group's host MPI communicator (TedGroups::control), outside the ledger: for the
+  // dropless capacity the group agrees on, and for the slots each routing filled per expert, so
+  // the experts leave the empty ones out. Needed with `expert` and dropless; without it the
+  // experts run on every slot.
   Communicator* expert_control = nullptr;
 };
 
@@ -83,6 +85,11 @@ struct MoeActivations {
   Tensor<T> dispatch_stash;   // CAC: the dispatch all-to-all's output
   Tensor<T> return_stash;     // CAC: the return all-to-all's output
   Tensor<T> reduction_stash;  // CAC with stash_reduction: the tensor-reduced expert output
+  // Host, one per block of expert_in: the slots its source's routing filled for its expert (the
+  // expert group exchanges them over expert_control), so the experts leave the empty ones out.
+  // Empty when the backend does not report them (Routing::kept): every row is computed. CAC
+  // keeps it with the stash, as the recompute does not communicate.
+  std::vector<std::int32_t> block_kept;
 };
 
 struct MoeShape {

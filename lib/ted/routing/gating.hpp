@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ted/device/tensor.hpp"
 
@@ -62,7 +63,12 @@ struct Routing {
   Tensor<M> weight;                  // [tokens, top_k] combine weight (0 when dropped)
   Tensor<std::int32_t> first_count;  // [experts] tokens whose first choice is e, before drops
   Tensor<M> aux;                     // [1] the group's aux loss
-  DeviceBuffer workspace;            // the backend's scratch (priority keys, sort temporaries)
+  // Host: the kept choices of each expert, which fill its slots 0 .. kept[e] - 1 (every routing
+  // fills an expert's slots from 0 up), so the MoE layer can leave the empty slots out of the
+  // experts' GEMMs. Empty when the backend does not report it (a GPU would have to wait for a
+  // read-back); the experts then run on every slot.
+  std::vector<std::int32_t> kept;
+  DeviceBuffer workspace;  // the backend's scratch (priority keys, sort temporaries)
 };
 
 // What the trainer reads back of a routing: its aux loss and the choices it dropped.

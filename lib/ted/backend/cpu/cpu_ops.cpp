@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -98,6 +99,15 @@ auto with_typed(const void* data, DataType dtype, F&& f) {
   }
 }
 
+// TED_FULL_CAPACITY=1: the experts run on every capacity slot, empty or not, as DeepSpeed-MoE
+// and the CUDA backend do (the routing does not report its kept slots): the same work as they
+// do, for comparisons. Read at each routing; it must be the same on every rank, as the expert
+// group exchanges the counts.
+bool full_capacity() {
+  const char* text = std::getenv("TED_FULL_CAPACITY");
+  return text && *text && !(text[0] == '0' && text[1] == '\0');
+}
+
 template <typename T>
 class CpuOps final : public Ops<T> {
  public:
@@ -151,9 +161,12 @@ class CpuOps final : public Ops<T> {
   void init_normal(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key, double std,
                    const model::SliceMap& map) override {
     TED_OP_TIMER(__func__);
-    for (std::size_t i = 0; i < count; ++i)
-      dst[i] = narrow<T>(static_cast<M>(
-          std * random::normal(seed, random::kInit, key, model::global_index(map, i))));
+    // Each element is a function of its global index alone, so the split changes nothing.
+    parallel_for(static_cast<std::int64_t>(count), [&](std::int64_t first, std::int64_t last) {
+      for (auto i = static_cast<std::size_t>(first); i < static_cast<std::size_t>(last); ++i)
+        dst[i] = narrow<T>(static_cast<M>(
+            std * random::normal(seed, random::kInit, key, model::global_index(map, i))));
+    });
   }
 
   void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n,
@@ -332,9 +345,11 @@ class CpuOps final : public Ops<T> {
     r.weight = Tensor<M>(device, choices);
     r.first_count = Tensor<std::int32_t>(device, static_cast<std::size_t>(config.experts));
     r.aux = Tensor<M>(device, 1);
-    r.capacity = kc::route<M>(logits, tokens, config, key,
-                              {r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(),
-                               r.weight.data(), r.first_count.data(), r.aux.data()});
+    r.kept.assign(full_capacity() ? 0 : static_cast<std::size_t>(config.experts), 0);
+    r.capacity = kc::route<M>(
+        logits, tokens, config, key,
+        {r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(), r.weight.data(),
+         r.first_count.data(), r.aux.data(), r.kept.empty() ? nullptr : r.kept.data()});
   }
 
   void route_backward(const model::Routing<M>& r, const M* d_weight, M aux_scale,
@@ -421,7 +436,8 @@ class CpuOps final : public Ops<T> {
   }
 
   void experts_forward(const T* in, const T* w1, const T* b1, const T* w2, T* hidden, T* act,
-                       T* out, int sources, int experts, int rows, int h, int f) override {
+                       T* out, int sources, int experts, int rows, int h, int f,
+                       const std::int32_t* used_rows) override {
     TED_OP_TIMER(__func__);
     const std::size_t blocks = count_of<T>(sources, experts);
     const std::size_t R = static_cast<std::size_t>(rows);
@@ -431,27 +447,41 @@ class CpuOps final : public Ops<T> {
         o(out, blocks * R * h, false);
     auto block = [&](std::size_t b) {
       const std::size_t le = b % static_cast<std::size_t>(experts);
-      kc::linear_forward<C>(x + b * R * h, w1c + le * h * f, nullptr, hid + b * R * f, rows, h, f);
-      kc::bias_gelu_forward<C>(hid + b * R * f, b1c + le * f, a + b * R * f, rows, f);
-      kc::linear_forward<C>(a + b * R * f, w2c + le * f * h, nullptr, o + b * R * h, rows, f, h);
+      const int used = used_of(used_rows, b, rows);
+      C* ob = o + b * R * h;
+      std::fill(ob + static_cast<std::size_t>(used) * h, ob + R * h, C(0));  // empty slots
+      if (used == 0) return;
+      kc::linear_forward<C>(x + b * R * h, w1c + le * h * f, nullptr, hid + b * R * f, used, h, f);
+      kc::bias_gelu_forward<C>(hid + b * R * f, b1c + le * f, a + b * R * f, used, f);
+      kc::linear_forward<C>(a + b * R * f, w2c + le * f * h, nullptr, ob, used, f, h);
     };
-    side_by_side(blocks, block);
+    side_by_side(blocks, block, [&](std::size_t b) { return used_of(used_rows, b, rows); });
+  }
+
+  // Rows of block b that hold tokens: used_rows[b] (at most rows), or all of them.
+  static int used_of(const std::int32_t* used_rows, std::size_t b, int rows) {
+    return used_rows ? std::clamp(used_rows[b], 0, rows) : rows;
   }
 
   // Runs work(i) for i in [0, n): when the pool threads the GEMMs (kernels/cpu/blas.hpp) and
   // there are at least as many items as threads, whole items side by side, each item's GEMMs
-  // on its own thread (on 2 cores, splitting one expert's capacity-row GEMMs gave 1.70x the
-  // one thread, experts side by side 1.8-1.9x); else one after the other, each GEMM threaded.
-  template <typename Work>
-  static void side_by_side(std::size_t n, Work&& work) {
+  // on its own thread and each thread taking the next item when it is done, the costliest
+  // first so that the threads finish together (on 2 cores, splitting one expert's capacity-row
+  // GEMMs gave 1.70x the one thread, experts side by side 1.8-1.9x); else one after the other,
+  // each GEMM threaded. Items are independent, so their order changes nothing they compute.
+  template <typename Work, typename Cost>
+  static void side_by_side(std::size_t n, Work&& work, Cost&& cost) {
     const auto threads = static_cast<std::size_t>(parallel_threads());
     if (kc::pool_threads_blas() && threads > 1 && n >= threads) {
-      parallel_for(
-          static_cast<std::int64_t>(n),
-          [&](std::int64_t first, std::int64_t last) {
-            for (std::int64_t i = first; i < last; ++i) work(static_cast<std::size_t>(i));
-          },
-          1);
+      std::vector<std::size_t> order(n);
+      for (std::size_t i = 0; i < n; ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::size_t a, std::size_t b) { return cost(a) > cost(b); });
+      parallel_chunks(static_cast<std::int64_t>(n), static_cast<int>(n),
+                      [&](std::int64_t first, std::int64_t last) {
+                        for (std::int64_t i = first; i < last; ++i)
+                          work(order[static_cast<std::size_t>(i)]);
+                      });
       return;
     }
     for (std::size_t i = 0; i < n; ++i) work(i);
@@ -459,7 +489,8 @@ class CpuOps final : public Ops<T> {
 
   void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden, const T* act,
                         const T* d_out, T* d_in, M* dw1, M* db1, M* dw2, M* db2, int sources,
-                        int experts, int rows, int h, int f) override {
+                        int experts, int rows, int h, int f,
+                        const std::int32_t* used_rows) override {
     TED_OP_TIMER(__func__);
     const std::size_t blocks = count_of<T>(sources, experts);
     const std::size_t R = static_cast<std::size_t>(rows);
@@ -471,19 +502,27 @@ class CpuOps final : public Ops<T> {
     // The hidden layer's gradient, on the device (so the allocator sees it).
     Tensor<C> d_hidden(this->device(), blocks * R * f);
     // A local expert's blocks (one per source rank) add into its weight gradients in source
-    // order, so the work items are the local experts.
+    // order, so the work items are the local experts. Rows past a block's used rows are empty
+    // slots with a zero gradient: they would add nothing.
     auto expert = [&](std::size_t le) {
       for (std::size_t b = le; b < blocks; b += static_cast<std::size_t>(experts)) {
+        const int used = used_of(used_rows, b, rows);
+        if (used == 0) continue;
         C* dh = d_hidden.data() + b * R * f;
-        std::fill(dh, dh + R * f, C(0));
+        std::fill(dh, dh + static_cast<std::size_t>(used) * f, C(0));
         kc::linear_backward<C>(a + b * R * f, w2c + le * f * h, dout + b * R * h, dh,
-                               dw2 + le * f * h, db2 + le * h, rows, f, h);
-        kc::gelu_bias_backward<C>(hid + b * R * f, dh, db1 + le * f, rows, f);
+                               dw2 + le * f * h, db2 + le * h, used, f, h);
+        kc::gelu_bias_backward<C>(hid + b * R * f, dh, db1 + le * f, used, f);
         kc::linear_backward<C>(x + b * R * h, w1c + le * h * f, dh, dx + b * R * h,
-                               dw1 + le * h * f, nullptr, rows, h, f);
+                               dw1 + le * h * f, nullptr, used, h, f);
       }
     };
-    side_by_side(static_cast<std::size_t>(experts), expert);
+    side_by_side(static_cast<std::size_t>(experts), expert, [&](std::size_t le) {
+      int rows_used = 0;
+      for (std::size_t b = le; b < blocks; b += static_cast<std::size_t>(experts))
+        rows_used += used_of(used_rows, b, rows);
+      return rows_used;
+    });
   }
 
   void scale_copy(const void* g, DataType g_type, M* out, std::size_t count, M scale) override {

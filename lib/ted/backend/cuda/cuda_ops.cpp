@@ -149,13 +149,16 @@ class CudaOps final : public Ops<T> {
                         T* d_expert_out, M* d_weight, int h, int capacity) override {
     kc::combine_backward<T>(ctx_, expert_out, dy, routing, d_expert_out, d_weight, h, capacity);
   }
+  // used_rows is not used: the experts' GEMMs are strided batches over every slot (leaving the
+  // empty ones out would take a grouped GEMM), which the contract allows.
   void experts_forward(const T* in, const T* w1, const T* b1, const T* w2, T* hidden, T* act,
-                       T* out, int sources, int experts, int rows, int h, int f) override {
+                       T* out, int sources, int experts, int rows, int h, int f,
+                       const std::int32_t*) override {
     kc::experts_forward<T>(ctx_, in, w1, b1, w2, hidden, act, out, sources, experts, rows, h, f);
   }
   void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden, const T* act,
                         const T* d_out, T* d_in, M* dw1, M* db1, M* dw2, M* db2, int sources,
-                        int experts, int rows, int h, int f) override {
+                        int experts, int rows, int h, int f, const std::int32_t*) override {
     kc::experts_backward<T>(ctx_, in, w1, w2, hidden, act, d_out, d_in, dw1, db1, dw2, db2, sources,
                             experts, rows, h, f);
   }

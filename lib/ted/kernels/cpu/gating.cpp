@@ -98,6 +98,7 @@ int route(const T* logits, int tokens, const model::GateConfig& config,
       if (e >= 0 && fill[e] < capacity) r.slot[index] = fill[e]++;
     }
   }
+  if (r.kept) std::copy(fill.begin(), fill.end(), r.kept);
 
   const T eps = std::numeric_limits<T>::epsilon();
   for (int s = 0; s < tokens; ++s) {

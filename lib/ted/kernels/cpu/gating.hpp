@@ -14,13 +14,14 @@ namespace ted::kernels::cpu {
 template <typename T>
 struct RoutingArrays {
   using Index = std::conditional_t<std::is_const_v<T>, const std::int32_t, std::int32_t>;
-  T* probs;            // [tokens, experts]
-  Index* expert;       // [tokens, top_k]
-  Index* slot;         // [tokens, top_k]
-  T* gate_value;       // [tokens, top_k]
-  T* weight;           // [tokens, top_k]
-  Index* first_count;  // [experts]
-  T* aux;              // [1]
+  T* probs;               // [tokens, experts]
+  Index* expert;          // [tokens, top_k]
+  Index* slot;            // [tokens, top_k]
+  T* gate_value;          // [tokens, top_k]
+  T* weight;              // [tokens, top_k]
+  Index* first_count;     // [experts]
+  T* aux;                 // [1]
+  Index* kept = nullptr;  // [experts] kept choices of each expert (slots 0 .. kept - 1), or null
 };
 
 // Fills `out` and returns the capacity.
