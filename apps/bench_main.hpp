@@ -8,6 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include "ted/core/parallel.hpp"
+#include "ted/kernels/cpu/blas.hpp"
 
 namespace ted::bench {
 
@@ -42,6 +46,9 @@ inline void initialize(int* argc, char** argv, const char* description) {
 inline int benchmark_main(int argc, char** argv, const char* description) {
   initialize(&argc, argv, description);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // What a CPU figure depends on, in the header of every run (next to the CPU's caches).
+  benchmark::AddCustomContext("blas", kernels::cpu::blas_description());
+  benchmark::AddCustomContext("cpu_threads", std::to_string(parallel_threads()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

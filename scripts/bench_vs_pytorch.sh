@@ -2,16 +2,23 @@
 # The one-block MoE model of apps/bench_moe_block.cpp side by side with the same model in
 # PyTorch eager (tests/cuda/torch_moe_block.py --shape: same embeddings, block, LM head, loss
 # and FLOPs; fp32 on the CPU), run alternately for several rounds, so that whatever else the
-# machine does falls on both. Prints per shape and thread count our ms, PyTorch's ms and the
-# ratio ours / PyTorch: median over the rounds and its range.
+# machine does falls on all sides. Ours runs twice per round: as it runs by default (the experts
+# leave the empty capacity slots out) and with every slot computed (TED_FULL_CAPACITY=1, the
+# work PyTorch's block and DeepSpeed-MoE do). Prints per shape and thread count the times and
+# the ratios ours / PyTorch: medians over the rounds and their ranges, and how far the rounds
+# stray from their median.
 #
+# The report goes to <OUT_DIR>/<cpu>.txt, named after the CPU it ran on (model, family/model,
+# vector width, cores): one file per CPU model measured. OUT_DIR defaults to the ignored
+# results/local/bench_vs_pytorch; OUT_DIR=results/bench_vs_pytorch writes the committed one.
 # PyTorch is installed from the package registry into a virtual environment of its own (a
 # build folder, git-ignored); nothing else in the project needs it.
 #   ./scripts/bench_vs_pytorch.sh                       # 5 rounds, h512 and h1024, top-1/2, 1/2 threads
 #   ROUNDS=3 SHAPES="h512_top1" THREADS="1" ./scripts/bench_vs_pytorch.sh
 # Environment: TED_BUILD_DIR (default build), TED_TORCH_VENV (default <build>/torch-venv),
 # ROUNDS, SHAPES (of h512_top1 h512_top2 h1024_top1 h1024_top2), THREADS, TORCH_ITERS (timed
-# PyTorch iterations per round, after one warm-up; bench_moe_block times >= 2 s per round).
+# PyTorch iterations per round, after one warm-up; bench_moe_block times >= 2 s per round,
+# after one warm-up step), OUT_DIR.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TED_ROOT"
@@ -20,6 +27,7 @@ SHAPES=${SHAPES:-"h512_top1 h512_top2 h1024_top1 h1024_top2"}
 THREADS=${THREADS:-"1 2"}
 TORCH_ITERS=${TORCH_ITERS:-3}
 VENV=${TED_TORCH_VENV:-$TED_BUILD/torch-venv}
+OUT_DIR=${OUT_DIR:-results/local/bench_vs_pytorch}
 
 if [ ! -x "$TED_BUILD/apps/bench_moe_block" ]; then
   ted_install_missing
@@ -33,7 +41,27 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q torch
 fi
-echo "== $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'), $(nproc) cores"
+
+# The CPU, as the file name and the report's first lines give it. A VM may hide the marketing
+# name ("AMD EPYC"), so the family and model numbers and the widest vector unit come with it.
+cpu_field() { lscpu | awk -F: -v key="$1" '$1 == key { sub(/^[ \t]+/, "", $2); print $2; exit }'; }
+cpu_model=$(cpu_field "Model name")
+cpu_family=$(cpu_field "CPU family")
+cpu_number=$(cpu_field "Model")
+if grep -qw avx512f /proc/cpuinfo; then vector=avx512; elif grep -qw avx2 /proc/cpuinfo; then
+  vector=avx2; else vector=sse; fi
+slug=$(echo "$cpu_model family$cpu_family model$cpu_number $vector $(nproc)cores" |
+  tr 'A-Z' 'a-z' | sed -e 's/([^)]*)//g' -e 's/[^a-z0-9]\+/-/g' -e 's/^-//' -e 's/-$//')
+mkdir -p "$OUT_DIR"
+report=$OUT_DIR/$slug.txt
+exec > >(tee "$report.tmp") 2>&1
+
+blas=$("$TED_BUILD/apps/bench_moe_block" --benchmark_filter=sgemm/tiny 2>&1 |
+  awk -F': ' '/^blas:/ { print $2; exit }')
+echo "== CPU: $cpu_model (family $cpu_family, model $cpu_number), $vector, $(nproc) cores"
+echo "== ours: $blas; git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "== $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__, "with",
+  "MKL" if torch.backends.mkl.is_available() else "no MKL")' 2>/dev/null)"
 
 # name: the torch script's --shape (h,heads,experts,top_k,sequences,seq) and the benchmark's name
 declare -A torch_shape=([h512_top1]=512,8,8,1,8,256 [h512_top2]=512,8,8,2,8,256
@@ -42,9 +70,9 @@ declare -A ours_name=([h512_top1]=h512_tokens2048_e8_top1 [h512_top2]=h512_token
   [h1024_top1]=h1024_tokens2048_e8_top1 [h1024_top2]=h1024_tokens2048_e8_top2)
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-ours() {  # ours <shape> <threads>: ms per iteration (bench_moe_block's mean over >= 2 s)
-  OPENBLAS_NUM_THREADS=$2 TED_NUM_THREADS=$2 "$TED_BUILD/apps/bench_moe_block" \
+trap 'rm -rf "$work"' EXIT  # a run that stops keeps its rounds in <report>.tmp
+ours() {  # ours <shape> <threads> <full>: ms per iteration (bench_moe_block's mean over >= 2 s)
+  TED_FULL_CAPACITY=$3 TED_NUM_THREADS=$2 "$TED_BUILD/apps/bench_moe_block" \
     --benchmark_filter="^moe_block/${ours_name[$1]}/" --benchmark_format=csv 2>/dev/null |
     awk -F, '/^"moe_block/ { print $3 }'
 }
@@ -56,17 +84,19 @@ torch_ms() {  # torch_ms <shape> <threads>: the median of TORCH_ITERS iterations
 for round in $(seq 1 "$ROUNDS"); do
   for shape in $SHAPES; do
     for t in $THREADS; do
-      # Alternate which side goes first, so neither always runs on a machine the other warmed.
-      if [ $((round % 2)) -eq 1 ]; then
-        a=$(ours "$shape" "$t")
-        b=$(torch_ms "$shape" "$t")
-      else
-        b=$(torch_ms "$shape" "$t")
-        a=$(ours "$shape" "$t")
-      fi
-      echo "$shape $t $a $b" >>"$work/rounds.txt"
-      printf 'round %d  %-11s %d thread(s): ours %8.1f ms  PyTorch %8.1f ms  ratio %.3f\n' \
-        "$round" "$shape" "$t" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')"
+      # Rotate which side goes first, so no side always runs on a machine another warmed.
+      for turn in 0 1 2; do
+        case $(((round + turn) % 3)) in
+          0) a=$(ours "$shape" "$t" 0) ;;
+          1) full=$(ours "$shape" "$t" 1) ;;
+          2) b=$(torch_ms "$shape" "$t") ;;
+        esac
+      done
+      echo "$shape $t $a $full $b" >>"$work/rounds.txt"
+      printf 'round %d  %-11s %d thread(s): ours %7.1f ms  every slot %7.1f ms  PyTorch %7.1f ms  ratio %.3f (every slot %.3f)\n' \
+        "$round" "$shape" "$t" "$a" "$full" "$b" \
+        "$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')" \
+        "$(awk -v a="$full" -v b="$b" 'BEGIN { print a / b }')"
     done
   done
 done
@@ -75,13 +105,26 @@ echo
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    shape, threads, ours, torch = line.split()
-    rows.setdefault((shape, int(threads)), []).append((float(ours), float(torch)))
-print("| shape | threads | ours ms (median) | PyTorch ms (median) | ours / PyTorch: median | range | rounds |")
-print("|---|---|---|---|---|---|---|")
+    shape, threads, ours, full, torch = line.split()
+    rows.setdefault((shape, int(threads)), []).append((float(ours), float(full), float(torch)))
+print("ours: the experts leave the empty capacity slots out (the default); every slot: "
+      "TED_FULL_CAPACITY=1, the work PyTorch's block does.")
+print("stray: the largest distance of a round of ours from its median, in % of the median.")
+print()
+print("| shape | threads | ours ms | every slot ms | PyTorch ms | ours / PyTorch (range) "
+      "| every slot / PyTorch (range) | stray ours, every slot | rounds |")
+print("|---|---|---|---|---|---|---|---|---|")
 for (shape, threads), values in rows.items():
-    ratios = [a / b for a, b in values]
-    print(f"| {shape} | {threads} | {statistics.median(a for a, _ in values):.1f} | "
-          f"{statistics.median(b for _, b in values):.1f} | {statistics.median(ratios):.3f} | "
-          f"{min(ratios):.3f}-{max(ratios):.3f} | {len(values)} |")
+    columns = list(zip(*values))
+    medians = [statistics.median(c) for c in columns]
+    def ratio(i):
+        r = [v[i] / v[2] for v in values]
+        return f"{statistics.median(r):.3f} ({min(r):.3f}-{max(r):.3f})"
+    def stray(i):
+        return max(abs(x - medians[i]) for x in columns[i]) / medians[i] * 100
+    print(f"| {shape} | {threads} | {medians[0]:.1f} | {medians[1]:.1f} | {medians[2]:.1f} | "
+          f"{ratio(0)} | {ratio(1)} | {stray(0):.1f}%, {stray(1):.1f}% | {len(values)} |")
 PY
+mv "$report.tmp" "$report"
+echo
+echo "== report: $TED_ROOT/$report"

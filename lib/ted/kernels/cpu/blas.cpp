@@ -22,6 +22,14 @@ bool pool_threads_blas() {
 #endif
 }
 
+std::string blas_description() {
+#if defined(TED_HAVE_OPENBLAS_THREADS)
+  return std::string(openblas_get_config()) + " / " + openblas_get_corename() + " kernels";
+#else
+  return "CBLAS";
+#endif
+}
+
 namespace blas_detail {
 namespace {
 

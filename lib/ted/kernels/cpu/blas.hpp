@@ -15,11 +15,17 @@
 
 #include <cblas.h>
 
+#include <string>
+
 namespace ted::kernels::cpu {
 
 // True when the pool threads the GEMMs (above); the first call settles it for the process (and
 // with OpenBLAS keeps OpenBLAS on one thread).
 bool pool_threads_blas();
+
+// The BLAS the kernels call, for the benchmarks' headers: with OpenBLAS its build and the
+// kernels it picked for this CPU ("OpenBLAS 0.3.21 ... / Cooperlake kernels"), else "CBLAS".
+std::string blas_description();
 
 namespace blas_detail {
 void split_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
