@@ -3,7 +3,9 @@
 // machine's practical peak). FLOPs are those of the GEMMs the block runs (attention counted
 // as the whole S x S square, expert FFNs over the full capacity, gate, and a 256-way LM head
 // the single-block model needs). act_peak_MiB: the activation peak of the step from the
-// tracking allocator (fused attention keeps no S x S probabilities). scripts/bench_vs_pytorch.sh
+// tracking allocator (fused attention keeps no S x S probabilities); slots_kept, the share of the
+// experts' capacity slots holding a token, and run_GFLOP/s, the rate of the GEMMs that ran (the
+// experts leave the empty slots out; TED_FULL_CAPACITY=1 runs them). scripts/bench_vs_pytorch.sh
 // times the same model in PyTorch next to it.
 //
 //   build/apps/bench_moe_block                               # h=512 and 1024, 2048 tokens
@@ -17,6 +19,7 @@
 #include "bench_main.hpp"
 #include "moe_block.hpp"
 #include "sgemm_bench.hpp"
+#include "ted/backend/cpu/cpu_ops.hpp"
 #include "ted/backend/memory.hpp"
 #include "ted/device/device.hpp"
 #include "ted/kernels/cpu/blas.hpp"
@@ -58,12 +61,19 @@ void moe_block(benchmark::State& state, BlockShape shape) {
   state.counters["tokens"] = tokens;
   state.counters["act_peak_MiB"] =
       static_cast<double>(device.usage(ted::MemoryCategory::activations).peak) / (1 << 20);
-  // The share of the experts' capacity slots that hold a token: the CPU experts leave the
-  // empty ones out (TED_FULL_CAPACITY=1 runs them all), while GFLOP/s counts every slot.
-  const auto& gate = model.config().gate;
+  // The capacity slots that hold a token, and the FLOPs of the GEMMs that ran: the CPU experts
+  // leave the empty slots out unless TED_FULL_CAPACITY=1, while GFLOP/s counts every slot (the
+  // model's FLOPs, as PyTorch's block runs them).
+  const auto& config = model.config();
   const double slots =
-      static_cast<double>(gate.experts) * ted::model::expert_capacity(gate, tokens);
-  state.counters["slots_used"] = (static_cast<double>(tokens) * gate.top_k - dropped) / slots;
+      static_cast<double>(config.gate.experts) * ted::model::expert_capacity(config.gate, tokens);
+  const double kept = (static_cast<double>(tokens) * config.gate.top_k - dropped) / slots;
+  const double expert_flops = 3.0 * 4.0 * slots * config.hidden * config.ffn();
+  const double ran =
+      ted::cpu::experts_run_every_slot() ? flops : flops - expert_flops * (1.0 - kept);
+  state.counters["slots_kept"] = kept;
+  state.counters["run_GFLOP/s"] =
+      benchmark::Counter(ran / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tok/s"] =
       benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -107,6 +117,7 @@ int main(int argc, char** argv) {
       "peak (act_peak_MiB, tracking allocator); next to it cblas_sgemm of the expert FFN's\n"
       "shape, the machine's practical peak. Shapes: h512 and h1024 with 2048 tokens, 8\n"
       "experts, top-1/top-2, fused and materialised attention; tiny* is what CTest runs.\n"
-      "Threads: TED_NUM_THREADS (default: the CPUs of the affinity mask).\n"
+      "Threads: TED_NUM_THREADS (default: the CPUs of the affinity mask). The experts leave\n"
+      "the empty capacity slots out (slots_kept, run_GFLOP/s); TED_FULL_CAPACITY=1 runs them.\n"
       "  build/apps/bench_moe_block --benchmark_filter=tiny");
 }

@@ -207,8 +207,8 @@ int main(int argc, char** argv) {
                       config.run.dtype == "fp32" ? "" : " (fp32 masters, gradients and Adam state)",
                       world->name().c_str());
           std::printf(
-              "# cpu threads per rank: %d (the CPUs of its affinity mask; TED_NUM_THREADS "
-              "sets it)\n",
+              "# cpu threads per rank: %d (the CPUs of its affinity mask, shared among the "
+              "ranks started unbound on this machine; TED_NUM_THREADS sets it)\n",
               ted::parallel_threads());
         }
 

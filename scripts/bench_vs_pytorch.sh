@@ -77,13 +77,18 @@ ours() {  # ours <shape> <threads> <full>: ms per iteration (bench_moe_block's m
     awk -F, '/^"moe_block/ { print $3 }'
 }
 torch_ms() {  # torch_ms <shape> <threads>: the median of TORCH_ITERS iterations after a warm-up
-  OMP_NUM_THREADS=$2 MKL_NUM_THREADS=$2 "$VENV/bin/python" tests/cuda/torch_moe_block.py \
+  OMP_NUM_THREADS=$2 MKL_NUM_THREADS=$2 "$VENV/bin/python" -W ignore::UserWarning tests/cuda/torch_moe_block.py \
     --shape "${torch_shape[$1]}" --threads "$2" --warmup 1 --iters "$TORCH_ITERS" |
     awk '/^ms / { print $2 }' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
+# The CPU time the hypervisor gave to others (steal, /proc/stat) in % of the wall time of a
+# measurement: a virtual machine's CPUs are shared, and a round that ran while the host was busy
+# shows it here (its times are slower on every side).
+ticks() { awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
 for round in $(seq 1 "$ROUNDS"); do
   for shape in $SHAPES; do
     for t in $THREADS; do
+      read -r steal0 total0 < <(ticks)
       # Rotate which side goes first, so no side always runs on a machine another warmed.
       for turn in 0 1 2; do
         case $(((round + turn) % 3)) in
@@ -92,24 +97,30 @@ for round in $(seq 1 "$ROUNDS"); do
           2) b=$(torch_ms "$shape" "$t") ;;
         esac
       done
-      echo "$shape $t $a $full $b" >>"$work/rounds.txt"
-      printf 'round %d  %-11s %d thread(s): ours %7.1f ms  every slot %7.1f ms  PyTorch %7.1f ms  ratio %.3f (every slot %.3f)\n' \
+      read -r steal1 total1 < <(ticks)
+      steal=$(awk -v s="$((steal1 - steal0))" -v t="$((total1 - total0))" \
+        'BEGIN { print (t > 0 ? 100 * s / t : 0) }')
+      echo "$shape $t $a $full $b $steal" >>"$work/rounds.txt"
+      printf 'round %d  %-11s %d thread(s): ours %7.1f ms  every slot %7.1f ms  PyTorch %7.1f ms  ratio %.3f (every slot %.3f)  steal %.1f%%\n' \
         "$round" "$shape" "$t" "$a" "$full" "$b" \
         "$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')" \
-        "$(awk -v a="$full" -v b="$b" 'BEGIN { print a / b }')"
+        "$(awk -v a="$full" -v b="$b" 'BEGIN { print a / b }')" "$steal"
     done
   done
 done
 echo
 /usr/bin/python3 - "$work/rounds.txt" <<'PY'
 import statistics, sys
-rows = {}
+rows, steals = {}, []
 for line in open(sys.argv[1]):
-    shape, threads, ours, full, torch = line.split()
+    shape, threads, ours, full, torch, steal = line.split()
     rows.setdefault((shape, int(threads)), []).append((float(ours), float(full), float(torch)))
+    steals.append(float(steal))
 print("ours: the experts leave the empty capacity slots out (the default); every slot: "
       "TED_FULL_CAPACITY=1, the work PyTorch's block does.")
 print("stray: the largest distance of a round of ours from its median, in % of the median.")
+print(f"steal (CPU time the hypervisor gave to others, % of wall time per measurement): "
+      f"median {statistics.median(steals):.1f}%, largest {max(steals):.1f}%.")
 print()
 print("| shape | threads | ours ms | every slot ms | PyTorch ms | ours / PyTorch (range) "
       "| every slot / PyTorch (range) | stray ours, every slot | rounds |")

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -69,37 +70,40 @@ TEST_CASE("parallel_chunks makes exactly the chunks asked for, at fixed boundari
   }
 }
 
-TEST_CASE("a slow chunk holds up only itself: the other thread takes the rest") {
+TEST_CASE("a blocked chunk holds up only itself: the other thread takes the rest") {
   if (ted::parallel_threads() < 2) return;
-  // The first chunk claimed sleeps; all others must still be done exactly once, and the
-  // sleeping thread cannot have done them.
+  // The first chunk claimed blocks until every other index is done. With chunks claimed from
+  // one counter the other thread does them all; with a fixed share per thread the blocked
+  // thread's share would never run and the deadline would pass.
   const std::int64_t n = 64;
   Record record(n);
-  std::atomic<bool> first{true};
-  std::mutex mutex;
-  std::set<std::thread::id> sleeper, others;
+  std::atomic<bool> first{true}, in_time{true};
+  std::atomic<std::int64_t> others{0};  // indices done by the other chunks
   ted::parallel_for(
       n,
       [&](std::int64_t b, std::int64_t e) {
         if (first.exchange(false)) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          std::lock_guard lock(mutex);
-          sleeper.insert(std::this_thread::get_id());
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (others.load() < n - (e - b)) {
+            if (std::chrono::steady_clock::now() > deadline) {
+              in_time = false;
+              break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
         } else {
-          std::lock_guard lock(mutex);
-          others.insert(std::this_thread::get_id());
+          others += e - b;
         }
         record.add(b, e);
       },
       1);
   CHECK(record.each_once());
+  CHECK(in_time.load());
   CHECK(record.chunks.size() > 2);
-  // Every other chunk ran on the thread that was not asleep.
-  REQUIRE(sleeper.size() == 1);
-  CHECK(others.count(*sleeper.begin()) == 0);
 }
 
 TEST_CASE("a parallel_for inside a chunk runs inline on its thread") {
+  if (ted::parallel_threads() < 2) return;  // one thread: every loop runs inline anyway
   std::atomic<int> nested_inline{0}, nested_calls{0};
   ted::parallel_for(
       8,
@@ -118,6 +122,35 @@ TEST_CASE("a parallel_for inside a chunk runs inline on its thread") {
   CHECK(!ted::in_parallel_region());
   CHECK(nested_calls.load() == nested_inline.load());
   CHECK(nested_calls.load() == 8);  // one inline chunk per outer chunk
+}
+
+TEST_CASE("a chunk that throws: the caller gets the exception once all chunks are done") {
+  const std::int64_t n = 1000;
+  for (int round = 0; round < 3; ++round) {
+    Record record(n);
+    CHECK_THROWS_WITH(ted::parallel_for(
+                          n,
+                          [&](std::int64_t b, std::int64_t e) {
+                            record.add(b, e);
+                            if (b == 0) throw std::runtime_error("chunk 0 failed");
+                          },
+                          16),
+                      "chunk 0 failed");
+    CHECK(record.each_once());  // the other chunks ran to their end
+    CHECK(!ted::in_parallel_region());
+  }
+  // The pool is whole again: a later loop splits as before.
+  std::set<std::thread::id> threads;
+  std::mutex mutex;
+  ted::parallel_for(
+      64,
+      [&](std::int64_t, std::int64_t) {
+        std::lock_guard lock(mutex);
+        threads.insert(std::this_thread::get_id());
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      },
+      1);
+  CHECK(!threads.empty());
 }
 
 TEST_CASE("two threads using the pool at once both get every chunk done") {

@@ -326,8 +326,13 @@ TEST_CASE("MoE layer: each kept choice's expert FFN, weighted; empty slots left 
     CHECK(worst < 1e-12);
     return out;
   };
+  const char* before = std::getenv("TED_FULL_CAPACITY");  // the caller's, put back after
+  const std::string saved = before ? before : "";
   const Result skipped = run(false), full = run(true);
-  unsetenv("TED_FULL_CAPACITY");
+  if (before)
+    setenv("TED_FULL_CAPACITY", saved.c_str(), 1);
+  else
+    unsetenv("TED_FULL_CAPACITY");
   CHECK(skipped.kept > 0);
   CHECK(skipped.kept < skipped.slots);  // some slots are empty: there is something to leave out
   CHECK(full.kept == 0);                // every slot computed: the routing reports none

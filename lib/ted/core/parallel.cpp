@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -143,18 +145,30 @@ Pool& pool() {
 }
 
 // Runs body over `chunks` equal chunks of [0, n) on the pool (inline when nested or single).
+// A chunk that throws does not stop the others (they may be running already); the first
+// exception is rethrown here once every chunk is done, so no thread is left inside `body`.
 void run_chunks(std::int64_t n, int chunks, const ChunkBody& body) {
   if (chunks <= 1 || in_parallel) {
     body(0, n);
     return;
   }
+  std::mutex mutex;
+  std::exception_ptr failure;
   std::function<void(int)> chunk = [&](int c) {
     const std::int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
-    in_parallel = true;
-    body(begin, end);
-    in_parallel = false;
+    struct Region {  // marks the thread as inside a chunk, also when the body throws
+      Region() { in_parallel = true; }
+      ~Region() { in_parallel = false; }
+    } region;
+    try {
+      body(begin, end);
+    } catch (...) {
+      std::lock_guard lock(mutex);
+      if (!failure) failure = std::current_exception();
+    }
   };
   pool().run(chunks, chunk);
+  if (failure) std::rethrow_exception(failure);
 }
 
 // Chunks per thread of parallel_for: enough that a late thread's share is taken over in pieces.

@@ -1,6 +1,7 @@
 #include "ted/model/moe.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -271,16 +272,21 @@ bool block_by_block(const Chunking& k, const MoeExchange& x, const Device& devic
 // Per block of this rank's expert rows [Ep sources, El local experts]: the slots that source's
 // routing filled for that expert (Routing::kept), exchanged in the expert group over its
 // control communicator (El ints per peer, host MPI, outside the ledger). The tensor ranks route
-// the same tokens, so their counts agree. Empty when the backend does not report them, or
-// there is no control communicator: the experts then run on every row.
+// the same tokens, so their counts agree. A source whose backend does not report its counts
+// sends kEveryRow, and its blocks run on every row; the exchange itself happens whatever the
+// ranks report, so that they always make the same calls. Empty when no block has a count (one
+// source that reports none, or no control communicator): the experts then run on every row.
+constexpr std::int32_t kEveryRow = std::numeric_limits<std::int32_t>::max();
+
 template <typename M>
 std::vector<std::int32_t> exchange_kept(const Routing<M>& r, const MoeExchange& x) {
-  if (r.kept.empty()) return {};
   if (!x.expert) return r.kept;  // one source: block b is expert b
   if (!x.expert_control) return {};
-  std::vector<std::int32_t> blocks(r.kept.size());
-  x.expert_control->all_to_all(r.kept.data(), blocks.data(),
-                               r.kept.size() / static_cast<std::size_t>(x.expert->size()),
+  std::vector<std::int32_t> mine = r.kept;
+  if (mine.empty()) mine.assign(static_cast<std::size_t>(r.experts), kEveryRow);
+  std::vector<std::int32_t> blocks(mine.size());
+  x.expert_control->all_to_all(mine.data(), blocks.data(),
+                               mine.size() / static_cast<std::size_t>(x.expert->size()),
                                DataType::i32);
   return blocks;
 }
@@ -297,7 +303,8 @@ std::vector<std::int32_t> used_rows(const std::vector<std::int32_t>& kept, const
   for (std::size_t b = 0; b < kept.size(); ++b)
     for (int s = 0; s < mult; ++s) {
       const int slice = p.slicing ? (p.split ? s : p.t) : 0;
-      const int in_segment = std::clamp(kept[b] - (slice * p.Cs + k.begin(c)), 0, rows);
+      const long long first = static_cast<long long>(slice) * p.Cs + k.begin(c);
+      const auto in_segment = static_cast<int>(std::clamp<long long>(kept[b] - first, 0, rows));
       if (in_segment > 0) used[b] = s * rows + in_segment;
     }
   return used;

@@ -99,15 +99,6 @@ auto with_typed(const void* data, DataType dtype, F&& f) {
   }
 }
 
-// TED_FULL_CAPACITY=1: the experts run on every capacity slot, empty or not, as DeepSpeed-MoE
-// and the CUDA backend do (the routing does not report its kept slots): the same work as they
-// do, for comparisons. Read at each routing; it must be the same on every rank, as the expert
-// group exchanges the counts.
-bool full_capacity() {
-  const char* text = std::getenv("TED_FULL_CAPACITY");
-  return text && *text && !(text[0] == '0' && text[1] == '\0');
-}
-
 template <typename T>
 class CpuOps final : public Ops<T> {
  public:
@@ -240,7 +231,10 @@ class CpuOps final : public Ops<T> {
   void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) override {
     TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out));
-    kc::linear_forward<C>(xc, wc, nullptr, logits, n, in, out);
+    // One BLAS call, never cut by the pool: every tensor rank computes these logits and must
+    // make the same choices, so they may not depend on a rank's thread count.
+    kc::pool_threads_blas();
+    if (n > 0) kc::gemm_here(false, false, n, out, in, C(1), xc, in, wc, out, C(0), logits, out);
   }
 
   void gelu_forward(const T* x, T* y, std::size_t count) override {
@@ -345,7 +339,7 @@ class CpuOps final : public Ops<T> {
     r.weight = Tensor<M>(device, choices);
     r.first_count = Tensor<std::int32_t>(device, static_cast<std::size_t>(config.experts));
     r.aux = Tensor<M>(device, 1);
-    r.kept.assign(full_capacity() ? 0 : static_cast<std::size_t>(config.experts), 0);
+    r.kept.assign(experts_run_every_slot() ? 0 : static_cast<std::size_t>(config.experts), 0);
     r.capacity = kc::route<M>(
         logits, tokens, config, key,
         {r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(), r.weight.data(),
@@ -586,6 +580,13 @@ class CpuOps final : public Ops<T> {
 };
 
 }  // namespace
+
+// The routing does not report its kept slots when every slot is to run. The switch must be the
+// same on every rank, as the expert group exchanges the counts.
+bool experts_run_every_slot() {
+  const char* text = std::getenv("TED_FULL_CAPACITY");
+  return text && *text && !(text[0] == '0' && text[1] == '\0');
+}
 
 template <typename T>
 std::unique_ptr<Ops<T>> make_cpu_ops(Device& device) {

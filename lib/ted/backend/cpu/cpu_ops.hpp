@@ -13,4 +13,8 @@ namespace ted::cpu {
 template <typename T>
 std::unique_ptr<Ops<T>> make_cpu_ops(Device& device);
 
+// TED_FULL_CAPACITY=1 (read at each routing): the experts run on every capacity slot, empty or
+// not, as DeepSpeed-MoE and the CUDA backend do; by default they leave the empty ones out.
+bool experts_run_every_slot();
+
 }  // namespace ted::cpu

@@ -3,7 +3,9 @@
 // lda/ldb/ldc are row strides, so strided sub-matrices (one head of a QKV buffer) need no copy.
 //
 // Threads: with OpenBLAS, the suite's pool (core/parallel.hpp) is the only set of threads.
-// OpenBLAS is told to stay on the calling thread, and with more than one pool thread a large
+// OpenBLAS is told to stay on the calling thread (for the whole process in its pthread build,
+// Debian's default; its OpenMP build keeps a count per calling thread, so with that one set
+// OPENBLAS_NUM_THREADS=1 too), and with more than one pool thread a large
 // GEMM's output is cut into one block of rows (or columns) per thread, each a one-thread BLAS
 // call; so OpenBLAS's own workers, which spin for a while after each call, never take the cores
 // the pool (or the other ranks of the machine) needs next. A GEMM inside a parallel_for (the
