@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -167,6 +169,28 @@ TEST_CASE("two threads using the pool at once both get every chunk done") {
     REQUIRE(ra.each_once());
     REQUIRE(rb.each_once());
   }
+}
+
+TEST_CASE("pools made and ended at once, with or without a job, never hang") {
+  // A worker whose thread first runs after its pool's destructor has begun must still see the
+  // end (one that took the destructor's wake-up as its starting point slept forever).
+  auto finished = std::async(std::launch::async, [] {
+    for (int i = 0; i < 2000; ++i) {
+      ted::ThreadPool pool(2 + i % 3);
+      if (i % 2) {
+        std::atomic<int> ran{0};
+        pool.run(4, [&](int) { ++ran; });
+        if (ran.load() != 4) return false;
+      }
+    }
+    return true;
+  });
+  if (finished.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    // The hung thread cannot be joined: say so and end the process.
+    std::fprintf(stderr, "FAILED: a thread pool's destructor hung\n");
+    std::_Exit(1);
+  }
+  CHECK(finished.get());
 }
 
 TEST_CASE("default threads: a bound rank keeps its CPUs, unbound ranks share the machine") {

@@ -31,6 +31,18 @@ Vec random_vector(std::size_t n, std::uint64_t salt, double scale = 1.0) {
   return v;
 }
 
+// A MoE layer's random input and weights: S tokens of width h, E experts of width f.
+struct MoeInputs {
+  Vec x, gate, w1, b1, w2, b2;
+  MoeInputs(int S, int h, int f, int E, std::uint64_t salt)
+      : x(random_vector(S * h, salt)),
+        gate(random_vector(h * E, salt + 1)),
+        w1(random_vector(E * h * f, salt + 2, 0.5)),
+        b1(random_vector(E * f, salt + 3, 0.1)),
+        w2(random_vector(E * f * h, salt + 4, 0.5)),
+        b2(random_vector(E * h, salt + 5, 0.1)) {}
+};
+
 double dot(const Vec& a, const Vec& b) {
   double s = 0;
   for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
@@ -225,9 +237,8 @@ TEST_CASE("gradcheck: gate + dispatch + experts + combine") {
     config.aux_coeff = 0.3;
     auto device = ted::make_cpu_device();
     auto ops = ted::make_ops<double>(*device);
-    Vec x = random_vector(S * h, 20), gate = random_vector(h * E, 21);
-    Vec w1 = random_vector(E * h * f, 22, 0.5), b1 = random_vector(E * f, 23, 0.1);
-    Vec w2 = random_vector(E * f * h, 24, 0.5), b2 = random_vector(E * h, 25, 0.1);
+    MoeInputs in(S, h, f, E, 20);
+    Vec &x = in.x, &gate = in.gate, &w1 = in.w1, &b1 = in.b1, &w2 = in.w2, &b2 = in.b2;
     Vec r = random_vector(S * h, 26), y(S * h);
     ted::model::RoutingKey key{5, 2, 1, 100};
     ted::model::MoeParams<double> params{gate.data(), w1.data(), b1.data(), w2.data(), b2.data()};
@@ -269,14 +280,13 @@ TEST_CASE("MoE layer: each kept choice's expert FFN, weighted; empty slots left 
   ted::model::GateConfig config;
   config.experts = E;
   config.top_k = top_k;
-  config.capacity_factor =
-      1.0;  // slots for every choice: the uneven loads drop some, leave some empty
+  // Slots for every choice: the uneven loads drop some choices and leave some slots empty.
+  config.capacity_factor = 1.0;
   config.min_capacity = 1;
   auto device = ted::make_cpu_device();
   auto ops = ted::make_ops<double>(*device);
-  Vec x = random_vector(S * h, 30), gate = random_vector(h * E, 31);
-  Vec w1 = random_vector(E * h * f, 32, 0.5), b1 = random_vector(E * f, 33, 0.1);
-  Vec w2 = random_vector(E * f * h, 34, 0.5), b2 = random_vector(E * h, 35, 0.1);
+  const MoeInputs in(S, h, f, E, 30);
+  const Vec &x = in.x, &gate = in.gate, &w1 = in.w1, &b1 = in.b1, &w2 = in.w2, &b2 = in.b2;
   Vec dy = random_vector(S * h, 36);
   const ted::model::MoeParams<double> params{gate.data(), w1.data(), b1.data(), w2.data(),
                                              b2.data()};

@@ -41,89 +41,76 @@ bool spin_until(Ready&& ready) {
 
 thread_local bool in_parallel = false;  // inside a chunk: nested loops run inline
 
+}  // namespace
+
 // One job at a time. state_ is the claim word: the job's generation (high 32 bits), its chunk
 // count (16 bits) and the next unclaimed chunk (16 bits). A thread owns a chunk once its
 // compare-exchange moved the next index past it; a job ends only when all its chunks are
 // reported done, so whoever owns a chunk may still read the job's body.
-class Pool {
- public:
-  static constexpr int kMaxChunks = 0xffff;
+ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
+  // Each worker starts from wake_'s value now (0), not from what it reads when it first runs:
+  // a job, or the destructor, may bump wake_ before the thread gets there.
+  for (int t = 1; t < threads_; ++t) workers_.emplace_back([this] { work(0); });
+}
 
-  explicit Pool(int threads) : threads_(threads) {
-    for (int t = 1; t < threads_; ++t) workers_.emplace_back([this] { work(); });
-  }
-  ~Pool() {
-    stop_.store(true);
-    wake_.fetch_add(1);
-    wake_.notify_all();
-    for (auto& worker : workers_) worker.join();
-  }
-  int threads() const { return threads_; }
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  wake_.fetch_add(1);
+  wake_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
 
-  // chunk(c) for every c in [0, chunks), chunks <= kMaxChunks; returns when all are done.
-  void run(int chunks, const std::function<void(int)>& chunk) {
-    if (busy_.exchange(true, std::memory_order_acquire)) {  // another thread's job is running
-      for (int c = 0; c < chunks; ++c) chunk(c);
-      return;
+void ThreadPool::run(int chunks, const std::function<void(int)>& chunk) {
+  if (busy_.exchange(true, std::memory_order_acquire)) {  // another thread's job is running
+    for (int c = 0; c < chunks; ++c) chunk(c);
+    return;
+  }
+  job_.store(&chunk, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  const std::uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+  state_.store(generation << 32 | static_cast<std::uint64_t>(chunks) << 16,
+               std::memory_order_release);
+  // Sequentially consistent with the worker's count-then-wait, so one of the two sees the
+  // other: either the worker finds wake_ moved, or this sees it sleeping and wakes it.
+  wake_.fetch_add(1);
+  if (sleeping_.load() > 0) wake_.notify_all();
+  help();
+  if (!spin_until([&] { return done_.load(std::memory_order_acquire) == chunks; })) {
+    for (int seen = done_.load(std::memory_order_acquire); seen != chunks;
+         seen = done_.load(std::memory_order_acquire))
+      done_.wait(seen, std::memory_order_acquire);
+  }
+  busy_.store(false, std::memory_order_release);
+}
+
+void ThreadPool::help() {
+  std::uint64_t s = state_.load(std::memory_order_acquire);
+  for (;;) {
+    const int chunks = static_cast<int>(s >> 16 & 0xffff), next = static_cast<int>(s & 0xffff);
+    if (next >= chunks) return;
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;
+    (*job_.load(std::memory_order_relaxed))(next);
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
+    s = state_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::work(std::uint32_t seen) {
+  for (;;) {
+    if (!spin_until([&] { return wake_.load(std::memory_order_acquire) != seen; })) {
+      sleeping_.fetch_add(1);
+      wake_.wait(seen);
+      sleeping_.fetch_sub(1);
     }
-    job_.store(&chunk, std::memory_order_relaxed);
-    done_.store(0, std::memory_order_relaxed);
-    const std::uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;
-    state_.store(generation << 32 | static_cast<std::uint64_t>(chunks) << 16,
-                 std::memory_order_release);
-    // Sequentially consistent with the worker's count-then-wait, so one of the two sees the
-    // other: either the worker finds wake_ moved, or this sees it sleeping and wakes it.
-    wake_.fetch_add(1);
-    if (sleeping_.load() > 0) wake_.notify_all();
+    seen = wake_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
     help();
-    if (!spin_until([&] { return done_.load(std::memory_order_acquire) == chunks; })) {
-      for (int seen = done_.load(std::memory_order_acquire); seen != chunks;
-           seen = done_.load(std::memory_order_acquire))
-        done_.wait(seen, std::memory_order_acquire);
-    }
-    busy_.store(false, std::memory_order_release);
   }
+}
 
- private:
-  // Runs unclaimed chunks of the current job until none is left.
-  void help() {
-    std::uint64_t s = state_.load(std::memory_order_acquire);
-    for (;;) {
-      const int chunks = static_cast<int>(s >> 16 & 0xffff), next = static_cast<int>(s & 0xffff);
-      if (next >= chunks) return;
-      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
-                                        std::memory_order_acquire))
-        continue;
-      (*job_.load(std::memory_order_relaxed))(next);
-      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
-      s = state_.load(std::memory_order_acquire);
-    }
-  }
-
-  void work() {
-    std::uint32_t seen = wake_.load(std::memory_order_acquire);
-    for (;;) {
-      if (!spin_until([&] { return wake_.load(std::memory_order_acquire) != seen; })) {
-        sleeping_.fetch_add(1);
-        wake_.wait(seen);
-        sleeping_.fetch_sub(1);
-      }
-      seen = wake_.load(std::memory_order_acquire);
-      if (stop_.load()) return;
-      help();
-    }
-  }
-
-  int threads_;
-  std::vector<std::thread> workers_;
-  std::atomic<std::uint64_t> state_{0};
-  std::atomic<const std::function<void(int)>*> job_{nullptr};
-  std::atomic<int> done_{0};
-  std::atomic<std::uint32_t> wake_{0};  // bumped per job: what idle workers watch
-  std::atomic<int> sleeping_{0};        // workers blocked in wake_.wait
-  std::atomic<bool> busy_{false};
-  std::atomic<bool> stop_{false};
-};
+namespace {
 
 int env_int(const char* name) {
   const char* text = std::getenv(name);
@@ -139,8 +126,8 @@ int configured_threads() {
   return parallel_threads_default(affinity_cpus(), machine, launcher_local_ranks());
 }
 
-Pool& pool() {
-  static Pool instance(configured_threads());
+ThreadPool& pool() {
+  static ThreadPool instance(configured_threads());
   return instance;
 }
 
@@ -200,14 +187,15 @@ void parallel_for(std::int64_t n, const ChunkBody& body, std::int64_t grain) {
   if (n <= 0) return;
   const std::int64_t threads = pool().threads();
   const std::int64_t pieces = std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1));
-  const auto chunks = static_cast<int>(
-      std::min({threads * kChunksPerThread, pieces, static_cast<std::int64_t>(Pool::kMaxChunks)}));
+  const auto chunks = static_cast<int>(std::min(
+      {threads * kChunksPerThread, pieces, static_cast<std::int64_t>(ThreadPool::kMaxChunks)}));
   run_chunks(n, threads > 1 ? chunks : 1, body);
 }
 
 void parallel_chunks(std::int64_t n, int chunks, const ChunkBody& body) {
   if (n <= 0) return;
-  run_chunks(n, static_cast<int>(std::min<std::int64_t>({chunks, n, Pool::kMaxChunks})), body);
+  run_chunks(n, static_cast<int>(std::min<std::int64_t>({chunks, n, ThreadPool::kMaxChunks})),
+             body);
 }
 
 }  // namespace ted

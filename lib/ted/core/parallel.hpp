@@ -14,8 +14,11 @@
 // inline.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <thread>
+#include <vector>
 
 namespace ted {
 
@@ -31,6 +34,36 @@ void parallel_for(std::int64_t n, const ChunkBody& body, std::int64_t grain = 40
 void parallel_chunks(std::int64_t n, int chunks, const ChunkBody& body);
 // True on a thread running a chunk of a parallel_for.
 bool in_parallel_region();
+
+// The pool itself: `threads` - 1 workers, the caller being the other. parallel_for and
+// parallel_chunks run on one of these per process; the tests make their own.
+class ThreadPool {
+ public:
+  static constexpr int kMaxChunks = 0xffff;
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  int threads() const { return threads_; }
+  // chunk(c) for every c in [0, chunks), chunks <= kMaxChunks, on the caller and the workers;
+  // returns when all are done. chunk must not throw. While another thread's job runs, the
+  // caller runs its chunks alone.
+  void run(int chunks, const std::function<void(int)>& chunk);
+
+ private:
+  void help();  // runs unclaimed chunks of the current job until none is left
+  void work(std::uint32_t seen);
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::atomic<std::uint64_t> state_{0};
+  std::atomic<const std::function<void(int)>*> job_{nullptr};
+  std::atomic<int> done_{0};
+  std::atomic<std::uint32_t> wake_{0};  // bumped per job and at the end: what idle workers watch
+  std::atomic<int> sleeping_{0};        // workers blocked in wake_.wait
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> stop_{false};
+};
 
 // The thread count without TED_NUM_THREADS, from the CPUs of the affinity mask `cpus`, the CPUs
 // of the machine, and the ranks a launcher started on it (`local_ranks`, 0 when unknown): a
