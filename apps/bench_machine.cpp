@@ -3,11 +3,12 @@
 // large shape (the practical peak) and at the CPU experiments' shapes (the rate their GEMMs
 // run at); the bandwidth of a plain element-wise pass (a = b + s * c) in cache and beyond; and
 // the rate of the suite's own element-wise work: the bytes the projection counts for a step
-// shaped as the CPU experiments' (a dense and an MoE block of their width, checkpointed;
-// projection::memory_bound_bytes) over its measured time less its GEMMs' time at the measured
-// sgemm rate. On a CPU the GeLU, softmax and LayerNorm kernels
-// compute transcendentals and are far from bandwidth-bound, so this, not the triad, is the
-// rate the model's "memory-bound" work runs at here. Each checks its result before it reports.
+// shaped as the CPU experiments' (a dense and an MoE block of their width, checkpointed, every
+// expert slot computed as the projection counts it; projection::memory_bound_bytes) over its
+// measured time less its GEMMs' time at the measured sgemm rate. On a CPU the GeLU, softmax and
+// LayerNorm kernels compute transcendentals and are far from bandwidth-bound, so this, not the
+// triad, is the rate the model's "memory-bound" work runs at here. Each checks its result before it
+// reports.
 //
 //   build/apps/bench_machine --benchmark_filter=tiny   # what CTest runs
 #include <benchmark/benchmark.h>
@@ -16,7 +17,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "bench_main.hpp"
@@ -64,9 +67,34 @@ double sgemm_seconds(int m, int n, int k, int repeats) {
   return best;
 }
 
+// TED_FULL_CAPACITY=1 for the scope, the caller's value back after it.
+class EverySlot {
+ public:
+  EverySlot() {
+    if (const char* value = std::getenv("TED_FULL_CAPACITY")) saved_ = value, had_ = true;
+    setenv("TED_FULL_CAPACITY", "1", 1);
+  }
+  ~EverySlot() {
+    if (had_)
+      setenv("TED_FULL_CAPACITY", saved_.c_str(), 1);
+    else
+      unsetenv("TED_FULL_CAPACITY");
+  }
+  EverySlot(const EverySlot&) = delete;
+  EverySlot& operator=(const EverySlot&) = delete;
+
+ private:
+  std::string saved_;
+  bool had_ = false;
+};
+
 // The block's element-wise rate, as described at the top.
 // blocks: 1, one MoE block (the smoke check's tiny one); 2, the experiments' shape.
 void elementwise(benchmark::State& state, ted::bench::BlockShape shape, int blocks) {
+  // The experts run every capacity slot here, as the projection counts their GEMMs: the time
+  // left over after the GEMMs is then the element-wise work alone (by default the CPU experts
+  // leave the empty slots out, and the block would take less than the GEMMs the model counts).
+  EverySlot every_slot;
   auto device = ted::make_cpu_device();
   // With 2 blocks shaped as the CPU experiments' steps are: a dense block and an MoE block, full
   // activation checkpointing (the recompute runs every element-wise pass of the blocks again).

@@ -490,6 +490,7 @@ def main():
               f"{torch.get_num_threads()} thread(s) per rank", flush=True)
         for line in skipped:
             print(f"# {line}", flush=True)
+    status = 0
     try:
         for point in points:
             if train:
@@ -499,10 +500,14 @@ def main():
     except RuntimeError as error:  # a non-finite loss: one line; the rows before it are kept
         if rank == 0:
             print(f"{PROGRAM}: {error}", file=sys.stderr)
-        return 1
-    if rank == 0 and not train:
+        status = 1
+    if status == 0 and rank == 0 and not train:
         print(f"# CSV: {args.csv} ({len(points)} row(s) appended)", flush=True)
-    return 0
+    # The process groups end here, while the interpreter is whole: left to its teardown, Gloo's
+    # worker threads now and then abort a rank at exit ("terminate called without an active
+    # exception", exit -6) after all its work is done.
+    torch.distributed.destroy_process_group()
+    return status
 
 
 if __name__ == "__main__":
