@@ -30,7 +30,7 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 template <typename Ready>
 bool spin_until(Ready&& ready) {
   const auto until = std::chrono::steady_clock::now() + kSpin;
-  for (int round = 0;; ++round) {
+  for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
       TED_CPU_RELAX();

@@ -87,8 +87,9 @@ struct MoeActivations {
   Tensor<T> reduction_stash;  // CAC with stash_reduction: the tensor-reduced expert output
   // Host, one per block of expert_in: the slots its source's routing filled for its expert (the
   // expert group exchanges them over expert_control), so the experts leave the empty ones out.
-  // Empty when the backend does not report them (Routing::kept): every row is computed. CAC
-  // keeps it with the stash, as the recompute does not communicate.
+  // A source whose backend does not report them (Routing::kept) sends "every row", and one
+  // process without counts leaves this empty: those rows are all computed. CAC keeps it with
+  // the stash, as the recompute does not communicate.
   std::vector<std::int32_t> block_kept;
 };
 

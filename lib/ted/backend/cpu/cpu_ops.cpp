@@ -233,7 +233,6 @@ class CpuOps final : public Ops<T> {
     In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out));
     // One BLAS call, never cut by the pool: every tensor rank computes these logits and must
     // make the same choices, so they may not depend on a rank's thread count.
-    kc::pool_threads_blas();
     if (n > 0) kc::gemm_here(false, false, n, out, in, C(1), xc, in, wc, out, C(0), logits, out);
   }
 

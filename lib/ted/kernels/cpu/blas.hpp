@@ -36,8 +36,11 @@ void split_gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, c
                 int lda, const double* b, int ldb, double beta, double* c, int ldc);
 }  // namespace blas_detail
 
+// One BLAS call on the calling thread, never cut by the pool: its result does not depend on
+// the thread count (what every tensor rank computes alike, such as the gate logits, uses it).
 inline void gemm_here(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                       int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  pool_threads_blas();  // OpenBLAS on this thread only
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -45,6 +48,7 @@ inline void gemm_here(bool trans_a, bool trans_b, int m, int n, int k, float alp
 inline void gemm_here(bool trans_a, bool trans_b, int m, int n, int k, double alpha,
                       const double* a, int lda, const double* b, int ldb, double beta, double* c,
                       int ldc) {
+  pool_threads_blas();
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
