@@ -18,7 +18,11 @@
 # Environment: TED_BUILD_DIR (default build), TED_TORCH_VENV (default <build>/torch-venv),
 # ROUNDS, SHAPES (of h512_top1 h512_top2 h1024_top1 h1024_top2), THREADS, TORCH_ITERS (timed
 # PyTorch iterations per round, after one warm-up; bench_moe_block times >= 2 s per round,
-# after one warm-up step), OUT_DIR.
+# after one warm-up step), OUT_DIR, MAX_RATIO and MAX_STRAY (below).
+#
+# The verdict: it exits 1 (after writing the report) unless, for every shape and thread count,
+# the median over the rounds of ours / PyTorch is at most MAX_RATIO (default 0.85) and, with 2
+# or more threads, every round of ours lies within MAX_STRAY % (default 10) of its median.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TED_ROOT"
@@ -28,6 +32,8 @@ THREADS=${THREADS:-"1 2"}
 TORCH_ITERS=${TORCH_ITERS:-3}
 VENV=${TED_TORCH_VENV:-$TED_BUILD/torch-venv}
 OUT_DIR=${OUT_DIR:-results/local/bench_vs_pytorch}
+MAX_RATIO=${MAX_RATIO:-0.85}
+MAX_STRAY=${MAX_STRAY:-10}
 
 if [ ! -x "$TED_BUILD/apps/bench_moe_block" ]; then
   ted_install_missing
@@ -109,9 +115,11 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 echo
-/usr/bin/python3 - "$work/rounds.txt" <<'PY'
+verdict=0
+/usr/bin/python3 - "$work/rounds.txt" "$MAX_RATIO" "$MAX_STRAY" <<'PY' || verdict=$?
 import statistics, sys
-rows, steals = {}, []
+max_ratio, max_stray = float(sys.argv[2]), float(sys.argv[3])
+rows, steals, failed = {}, [], []
 for line in open(sys.argv[1]):
     shape, threads, ours, full, torch, steal = line.split()
     rows.setdefault((shape, int(threads)), []).append((float(ours), float(full), float(torch)))
@@ -135,7 +143,21 @@ for (shape, threads), values in rows.items():
         return max(abs(x - medians[i]) for x in columns[i]) / medians[i] * 100
     print(f"| {shape} | {threads} | {medians[0]:.1f} | {medians[1]:.1f} | {medians[2]:.1f} | "
           f"{ratio(0)} | {ratio(1)} | {stray(0):.1f}%, {stray(1):.1f}% | {len(values)} |")
+    median_ratio = statistics.median(v[0] / v[2] for v in values)
+    if median_ratio > max_ratio:
+        failed.append(f"{shape} {threads} thread(s): ours / PyTorch {median_ratio:.3f} > {max_ratio}")
+    if threads > 1 and stray(0) > max_stray:
+        failed.append(f"{shape} {threads} thread(s): a round of ours {stray(0):.1f}% from its "
+                      f"median > {max_stray}%")
+print()
+for line in failed:
+    print(f"FAIL  {line}")
+if not failed:
+    print(f"PASS  every median ours / PyTorch at most {max_ratio}, every multi-thread round of "
+          f"ours within {max_stray}% of its median")
+sys.exit(1 if failed else 0)
 PY
 mv "$report.tmp" "$report"
 echo
-echo "== report: $TED_ROOT/$report"
+echo "== report: $(realpath "$report")"
+exit "$verdict"
