@@ -9,7 +9,8 @@
 # Arguments after the revision go to ted_train (default: the layout T=2 Ep=2 with DTD on a
 # model the size of the CPU experiments' block). Environment: ROUNDS (5), RANKS (4), STEPS (40),
 # SKIP (5, steps left out of each run's median), THREAD_ENV (default "TED_NUM_THREADS=1
-# OPENBLAS_NUM_THREADS=1", as the experiments run; THREAD_ENV= leaves each side its defaults).
+# OPENBLAS_NUM_THREADS=1", as the experiments run; THREAD_ENV= leaves each side its defaults),
+# MAX_RATIO (default 1.0): it exits 1 when the median ratio this / other is above it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TED_ROOT"
@@ -23,6 +24,7 @@ RANKS=${RANKS:-4}
 STEPS=${STEPS:-40}
 SKIP=${SKIP:-5}
 THREAD_ENV=${THREAD_ENV-"TED_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1"}
+MAX_RATIO=${MAX_RATIO:-1.0}
 
 ted_prepare >/dev/null
 sha=$(git rev-parse --short "$revision")
@@ -61,7 +63,7 @@ for round in $(seq 1 "$ROUNDS"); do
     "$(awk -v x="$this" 'BEGIN { print x * 1e3 }')" "$sha" \
     "$(awk -v x="$that" 'BEGIN { print x * 1e3 }')" "$(awk -v a="$this" -v b="$that" 'BEGIN { print a / b }')"
 done
-/usr/bin/python3 - "$work/rounds.txt" "$sha" <<'PY'
+/usr/bin/python3 - "$work/rounds.txt" "$sha" "$MAX_RATIO" <<'PY'
 import statistics, sys
 rounds = [tuple(map(float, line.split())) for line in open(sys.argv[1])]
 this = statistics.median(r[0] for r in rounds)
@@ -70,4 +72,8 @@ ratios = [a / b for a, b in rounds]
 print(f"median step: this {this * 1e3:.2f} ms, {sys.argv[2]} {that * 1e3:.2f} ms; "
       f"this / {sys.argv[2]}: median {statistics.median(ratios):.3f} "
       f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(rounds)} rounds)")
+ratio, limit = statistics.median(ratios), float(sys.argv[3])
+print(f"PASS  median ratio {ratio:.3f} <= MAX_RATIO {limit}" if ratio <= limit else
+      f"FAIL  median ratio {ratio:.3f} > MAX_RATIO {limit}")
+sys.exit(ratio > limit)
 PY
