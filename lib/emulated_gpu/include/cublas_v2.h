@@ -1,11 +1,13 @@
-// The emulated GPU's cuBLAS: handles bound to a stream, and the two GEMMs the suite calls
-// (cublasGemmEx, cublasGemmStridedBatchedEx) with their column-major meaning: operations,
-// leading dimensions, strides, fp32, fp16 and bf16 storage, fp32 accumulation. Arguments are
-// checked as cuBLAS checks them, and the matrices against the allocations they lie in; the
-// arithmetic runs on the stream's thread through the host's CBLAS in fp32 (src/cublas.cpp).
+// The emulated GPU's cuBLAS: handles bound to a stream and a workspace, and the two GEMMs the
+// suite calls (cublasGemmEx, cublasGemmStridedBatchedEx) with their column-major meaning:
+// operations, leading dimensions, strides, fp32, fp16 and bf16 storage, fp32 accumulation.
+// Arguments are checked as cuBLAS checks them, and the matrices against the allocations they lie
+// in; the arithmetic runs on the stream's thread through the host's CBLAS in fp32 (src/cublas.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <cstddef>
 
 #include "library_types.h"
 
@@ -43,6 +45,8 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t* stream);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace,
+                                  std::size_t workspaceSizeInBytes);
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode);
 const char* cublasGetStatusString(cublasStatus_t status);

@@ -12,64 +12,28 @@
 #include <string>
 #include <vector>
 
-#include "half.hpp"
-#include "internal.hpp"
+#include "matrix.hpp"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
   cublasMath_t math = CUBLAS_DEFAULT_MATH;
-  void* workspace = nullptr;
+  void* workspace = nullptr;       // what cublasCreate took
+  void* user_workspace = nullptr;  // what cublasSetWorkspace gave
 };
 
 namespace ted_emu {
+
+std::vector<float> product(bool ta, bool tb, int m, int n, int k, float alpha, const Operand& a,
+                           const Operand& b) {
+  std::vector<float> c(static_cast<std::size_t>(m) * n, 0.0f);
+  if (k == 0 || m == 0 || n == 0) return c;
+  const std::vector<float> pa = a.packed(), pb = b.packed();
+  cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, alpha, pa.data(), a.rows, pb.data(), b.rows, 0.0f, c.data(), m);
+  return c;
+}
+
 namespace {
-
-std::size_t width_of(cudaDataType type) {
-  switch (type) {
-    case CUDA_R_32F:
-      return 4;
-    case CUDA_R_16F:
-    case CUDA_R_16BF:
-      return 2;
-    default:
-      return 0;
-  }
-}
-
-float widen(const void* base, cudaDataType type, std::size_t i) {
-  if (type == CUDA_R_32F) return static_cast<const float*>(base)[i];
-  std::uint16_t bits;
-  std::memcpy(&bits, static_cast<const char*>(base) + 2 * i, 2);
-  return type == CUDA_R_16BF ? bf16_to_float(bits) : f16_to_float(bits);
-}
-
-void narrow(void* base, cudaDataType type, std::size_t i, float value) {
-  if (type == CUDA_R_32F) {
-    static_cast<float*>(base)[i] = value;
-    return;
-  }
-  const std::uint16_t bits = type == CUDA_R_16BF ? float_to_bf16(value) : float_to_f16(value);
-  std::memcpy(static_cast<char*>(base) + 2 * i, &bits, 2);
-}
-
-// One column-major operand: `rows` x `cols` stored with leading dimension `ld`.
-struct Operand {
-  const void* data;
-  cudaDataType type;
-  int rows, cols, ld;
-  // Elements from the first to one past the last that the operand touches.
-  std::size_t extent() const {
-    return rows && cols ? static_cast<std::size_t>(cols - 1) * ld + rows : 0;
-  }
-  std::vector<float> packed() const {  // widened, leading dimension = rows
-    std::vector<float> out(static_cast<std::size_t>(rows) * cols);
-    for (int c = 0; c < cols; ++c)
-      for (int r = 0; r < rows; ++r)
-        out[static_cast<std::size_t>(c) * rows + r] =
-            widen(data, type, static_cast<std::size_t>(c) * ld + r);
-    return out;
-  }
-};
 
 struct Gemm {
   bool ta, tb;
@@ -79,21 +43,6 @@ struct Gemm {
   long long stride_a, stride_b, stride_c;
   int batch;
 };
-
-// True when every batch's operand lies inside one live allocation.
-bool in_bounds(const Operand& op, long long stride, int batch, std::size_t* bad_batch) {
-  const std::size_t width = width_of(op.type), extent = op.extent();
-  if (!extent) return true;
-  for (int i = 0; i < batch; ++i) {
-    const char* start = static_cast<const char*>(op.data) +
-                        static_cast<long long>(i) * stride * static_cast<long long>(width);
-    if (!device_range(start, extent * width)) {
-      *bad_batch = static_cast<std::size_t>(i);
-      return false;
-    }
-  }
-  return true;
-}
 
 void run_gemm(const Gemm& g, int device) {
   const char* names[] = {"A", "B", "C"};
@@ -113,13 +62,7 @@ void run_gemm(const Gemm& g, int device) {
   const CBLAS_TRANSPOSE ta = g.ta ? CblasTrans : CblasNoTrans,
                         tb = g.tb ? CblasTrans : CblasNoTrans;
   for (int i = 0; i < g.batch; ++i) {
-    auto at = [&](const Operand& op, long long stride) {
-      Operand moved = op;
-      moved.data = static_cast<const char*>(op.data) +
-                   static_cast<long long>(i) * stride * static_cast<long long>(width_of(op.type));
-      return moved;
-    };
-    const Operand a = at(g.a, g.stride_a), b = at(g.b, g.stride_b), c = at(g.c, g.stride_c);
+    const Operand a = g.a.at(i, g.stride_a), b = g.b.at(i, g.stride_b), c = g.c.at(i, g.stride_c);
     if (g.k == 0) {  // C = beta C
       for (int col = 0; col < g.n; ++col)
         for (int r = 0; r < g.m; ++r) {
@@ -135,11 +78,11 @@ void run_gemm(const Gemm& g, int device) {
                   static_cast<float*>(const_cast<void*>(c.data)), c.ld);
       continue;
     }
-    const std::vector<float> pa = a.packed(), pb = b.packed();
-    std::vector<float> pc(static_cast<std::size_t>(g.m) * g.n, 0.0f);
-    if (g.beta != 0.0f) pc = c.packed();
-    cblas_sgemm(CblasColMajor, ta, tb, g.m, g.n, g.k, g.alpha, pa.data(), a.rows, pb.data(), b.rows,
-                g.beta, pc.data(), g.m);
+    std::vector<float> pc = product(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, b);
+    if (g.beta != 0.0f) {
+      const std::vector<float> old = c.packed();
+      for (std::size_t e = 0; e < pc.size(); ++e) pc[e] += g.beta * old[e];
+    }
     for (int col = 0; col < g.n; ++col)
       for (int r = 0; r < g.m; ++r)
         narrow(const_cast<void*>(c.data), c.type, static_cast<std::size_t>(col) * c.ld + r,
@@ -223,6 +166,14 @@ cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t* stream) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!stream) return CUBLAS_STATUS_INVALID_VALUE;
   *stream = handle->stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, std::size_t bytes) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  // cuBLAS keeps the pointer and uses it on the handle's stream: it must be device memory.
+  if (bytes && (!workspace || !device_range(workspace, bytes))) return CUBLAS_STATUS_INVALID_VALUE;
+  handle->user_workspace = workspace;
   return CUBLAS_STATUS_SUCCESS;
 }
 
