@@ -1,18 +1,24 @@
 // The cuBLAS GEMMs under the CUDA backend's kernel table against CBLAS: every transpose, a
-// strided batch, and the fp32-output form, in fp32, fp16 and bf16 storage (the kernel table's
-// own ops are tested per backend in tests/backend). Exits 77 (skipped) without a GPU.
+// strided batch, and the fp32-output form, in fp32, fp16 and bf16 storage; and the GEMMs with
+// an epilogue (bias, residual, GeLU keeping its input, the GeLU gradient) against CBLAS and the
+// shared element-wise math, both through cuBLASLt's fused epilogues and through the fallback
+// (the kernel table's own ops are tested per backend in tests/backend). Exits 77 (skipped)
+// without a GPU.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "ted/backend/registry.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 #include "ted/kernels/cuda/kernels.hpp"
+#include "ted/kernels/elementwise.hpp"
 
 namespace {
 
@@ -96,6 +102,114 @@ TEMPLATE_TEST_CASE("gemm and batched gemm match CBLAS", "[cuda][gemm]", float, t
                           f32.data(), n);
       std::vector<float> first(want.begin(), want.begin() + m * n);
       CHECK(error(download(f32.data(), static_cast<std::size_t>(m) * n), first) <= 1e-5);
+    }
+}
+
+namespace {
+
+// gemm_fused on a batch of `batch` [m, n] products with leading dimension ldd >= n, against the
+// host: CBLAS's fp32 product of the rounded operands, then bias, residual and the GeLU math of
+// kernels/elementwise.hpp. Returns which path ran (cuBLASLt or the fallback).
+template <typename T>
+kc::GemmPaths check_fused(kc::Context& ctx, kc::Epilogue kind, bool bias, bool residual, bool ta,
+                          int m, int n, int k, int ldd, int batch) {
+  const std::size_t a_size = static_cast<std::size_t>(m) * k,
+                    b_size = static_cast<std::size_t>(k) * n;
+  const std::size_t d_size = static_cast<std::size_t>(m) * ldd;
+  auto a = rounded<T>(random_vector(batch * a_size, 11));
+  auto b = rounded<T>(random_vector(batch * b_size, 12));
+  auto bias_h = rounded<T>(random_vector(static_cast<std::size_t>(batch) * n, 13));
+  auto res = rounded<T>(random_vector(batch * d_size, 14));
+  auto aux_in = rounded<T>(random_vector(batch * d_size, 15));
+  for (float& v : aux_in) v *= 6.0f;  // GeLU inputs across its bend
+  aux_in = rounded<T>(aux_in);
+  const int lda = ta ? m : k;
+  std::vector<float> want_d(batch * d_size, 0.0f), want_aux = aux_in;
+  for (int i = 0; i < batch; ++i) {
+    std::vector<float> sum(static_cast<std::size_t>(m) * n, 0.0f);
+    ted::kernels::cpu::gemm(ta, false, m, n, k, 1.0f, a.data() + i * a_size, lda,
+                            b.data() + i * b_size, n, 0.0f, sum.data(), n);
+    for (int r = 0; r < m; ++r)
+      for (int c = 0; c < n; ++c) {
+        const std::size_t at = i * d_size + static_cast<std::size_t>(r) * ldd + c;
+        float v = sum[static_cast<std::size_t>(r) * n + c];
+        if (bias) v += bias_h[static_cast<std::size_t>(i) * n + c];
+        if (residual) v += res[at];
+        if (kind == kc::Epilogue::gelu_aux_bias) {
+          want_aux[at] = v;
+          v = ted::kernels::gelu(v);
+        } else if (kind == kc::Epilogue::dgelu) {
+          v *= ted::kernels::gelu_grad(aux_in[at]);
+        }
+        want_d[at] = v;
+      }
+  }
+  auto da = upload<T>(a), db = upload<T>(b), dbias = upload<T>(bias_h), dres = upload<T>(res);
+  auto daux = upload<T>(aux_in);
+  auto dd = upload<T>(std::vector<float>(batch * d_size, 0.0f));
+  kc::GemmEpilogue<T> e;
+  e.kind = kind;
+  e.bias = bias ? dbias.data() : nullptr;
+  e.bias_stride = n;
+  e.residual = residual ? dres.data() : nullptr;
+  if (kind == kc::Epilogue::gelu_aux_bias || kind == kc::Epilogue::dgelu) {
+    e.aux = daux.data();
+    e.ld_aux = ldd;
+    e.aux_stride = static_cast<std::int64_t>(d_size);
+  }
+  const kc::GemmPaths before = kc::gemm_paths(ctx);
+  kc::gemm_fused<T>(ctx, ta, false, m, n, k, da.data(), lda, static_cast<std::int64_t>(a_size),
+                    db.data(), n, static_cast<std::int64_t>(b_size), dd.data(), ldd,
+                    static_cast<std::int64_t>(d_size), batch, e);
+  const kc::GemmPaths after = kc::gemm_paths(ctx);
+  auto got = download(dd.data(), dd.size());
+  // Padding columns of D (ld > n) are never written.
+  for (int i = 0; i < batch; ++i)
+    for (int r = 0; r < m; ++r)
+      for (int c = n; c < ldd; ++c) {
+        const std::size_t at = i * d_size + static_cast<std::size_t>(r) * ldd + c;
+        CHECK(got[at] == 0.0f);
+        got[at] = want_d[at];
+      }
+  CHECK(error(got, want_d) <= tolerance<T>());
+  if (kind == kc::Epilogue::gelu_aux_bias)
+    CHECK(error(download(daux.data(), daux.size()), rounded<T>(want_aux)) <= tolerance<T>());
+  return {after.cublaslt - before.cublaslt, after.fallback - before.fallback};
+}
+
+bool cublaslt_off() {
+  const char* value = std::getenv("TED_CUBLASLT");
+  return value && std::string(value) == "0";
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("GEMMs with an epilogue match CBLAS and the element-wise math",
+                   "[cuda][gemm][epilogue]", float, ted::Half, ted::BFloat16) {
+  using T = TestType;
+  kc::Context ctx(*g_device);
+  const bool sixteen = !std::is_same_v<T, float>;
+  struct Case {
+    const char* name;
+    kc::Epilogue kind;
+    bool bias, residual;
+  };
+  const Case cases[] = {{"bias", kc::Epilogue::bias, true, false},
+                        {"bias + residual", kc::Epilogue::bias, true, true},
+                        {"residual", kc::Epilogue::none, false, true},
+                        {"GeLU keeping its input, bias", kc::Epilogue::gelu_aux_bias, true, false},
+                        {"GeLU gradient", kc::Epilogue::dgelu, false, false}};
+  for (const Case& c : cases)
+    for (bool ta : {false, true}) {
+      INFO(c.name << ", transposed A " << ta);
+      // A shape cuBLASLt takes (aligned operands, leading dimensions multiples of 8): the
+      // epilogue is fused for 16-bit storage; fp32 always takes the fallback.
+      const auto fused = check_fused<T>(ctx, c.kind, c.bias, c.residual, ta, 64, 48, 32, 48, 3);
+      CHECK(fused.cublaslt + fused.fallback == 1);
+      CHECK(fused.cublaslt == (sixteen && !cublaslt_off() ? 1 : 0));
+      // Ragged: odd sizes and a padded leading dimension, one of them not a multiple of 8.
+      check_fused<T>(ctx, c.kind, c.bias, c.residual, ta, 37, 29, 45, 36, 2);
+      check_fused<T>(ctx, c.kind, c.bias, c.residual, ta, 5, 19, 7, 19, 1);
     }
 }
 

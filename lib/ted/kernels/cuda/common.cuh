@@ -4,11 +4,14 @@
 // reductions. Included only by .cu files.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <unordered_map>
 
 #include "ted/backend/cuda/launch.hpp"
 #include "ted/core/dtype.hpp"
@@ -30,9 +33,33 @@ extern __shared__ float4 ted_dynamic_shared[];
 
 namespace ted::kernels::cuda {
 
+// A cuBLASLt matmul's shape, epilogue and operand alignments: what its plan is made for. Every
+// field is 64 bits wide, so the key has no padding and compares and hashes as bytes.
+struct LtKey {
+  std::int64_t type, ta, tb, m, n, k, lda, ldb, ldd, sa, sb, sd, batch;
+  std::int64_t kind, bias, bias_stride, ld_aux, aux_stride;
+  std::int64_t align_a, align_b, align_c, align_d, align_bias, align_aux;
+  bool operator==(const LtKey& other) const;
+};
+struct LtKeyHash {
+  std::size_t operator()(const LtKey& key) const;
+};
+// What cuBLASLt needs to run one shape: made once, kept by the context (gemm.cu).
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // c serves C and D
+  cublasLtMatmulAlgo_t algo{};
+  bool usable = false;  // cuBLASLt had an algorithm for it
+  void destroy();
+};
+
 struct Context::Impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  DeviceBuffer workspace;  // cuBLAS's and cuBLASLt's, from the device's pool
+  std::unordered_map<LtKey, LtPlan, LtKeyHash> plans;
+  GemmPaths paths;
 };
 
 inline cudaStream_t stream(Context& ctx) {
@@ -48,6 +75,38 @@ __device__ __forceinline__ float load(T v) {
 template <typename T>
 __device__ __forceinline__ T store(float v) {
   return narrow<T>(v);
+}
+
+// N elements of T moved in one load or store; Pack<T> is 16 bytes of them (8 16-bit elements, 4
+// fp32), what one thread moves at a time in the memory-bound kernels, which walk rows a pack at a
+// time where the rows allow it (packable).
+template <typename T, int N>
+struct alignas(N * sizeof(T)) Chunk {
+  static constexpr int kSize = N;
+  T v[N];
+};
+template <typename T>
+using Pack = Chunk<T, static_cast<int>(16 / sizeof(T))>;
+template <typename T, int N>
+__device__ __forceinline__ Chunk<T, N> load_pack(const T* p) {
+  return *reinterpret_cast<const Chunk<T, N>*>(p);
+}
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T* p, const Chunk<T, N>& pack) {
+  *reinterpret_cast<Chunk<T, N>*>(p) = pack;
+}
+// Whether rows of `width` elements at each of these pointers start on 16-byte boundaries, so
+// that they can be moved a Pack at a time (null pointers are not looked at).
+template <typename T>
+bool packable(int width, std::initializer_list<const void*> pointers) {
+  if (width % Pack<T>::kSize != 0) return false;
+  for (const void* p : pointers)
+    if (p && reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 constexpr int kThreads = 256;
