@@ -5,10 +5,44 @@
 TED_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TED_BUILD=${TED_BUILD_DIR:-$TED_ROOT/build}
 
-# Everything from Debian; the CUDA toolkit (nvcc, cuBLAS, NCCL) is used when present, never
-# installed here: without it the build is CPU only.
+# Everything from Debian; the CUDA toolkit (nvcc, cuBLAS, NCCL, cuDNN) is used when present,
+# never installed here: without it the build is CPU only. pip fetches cuDNN's header-only C++
+# frontend from PyPI where the toolkit has cuDNN.
 TED_PACKAGES=(cmake ninja-build g++ git pkg-config libopenmpi-dev openmpi-bin libopenblas-dev
-  libcli11-dev libyaml-cpp-dev catch2 libbenchmark-dev python3-matplotlib)
+  libcli11-dev libyaml-cpp-dev catch2 libbenchmark-dev python3-matplotlib python3-pip)
+
+# cuDNN's C++ graph API (cudnn-frontend), header-only, from PyPI's nvidia-cudnn-frontend wheel:
+# unpacked into <build>/_deps/cudnn-frontend where nvcc and cudnn.h are found, so the CUDA
+# backend's attention is cuDNN's (cmake/TedCuda.cmake). Without it (offline, no cuDNN) the
+# build goes on and its summary says so.
+TED_CUDNN_FRONTEND_VERSION=1.32.0
+ted_fetch_cudnn_frontend() {
+  local dir=$TED_BUILD/_deps/cudnn-frontend
+  [ -f "$dir/include/cudnn_frontend.h" ] && return 0
+  local nvcc
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  [ -x "$nvcc" ] || return 0
+  [ -f "$(dirname "$(dirname "$nvcc")")/include/cudnn.h" ] || [ -f /usr/include/cudnn.h ] ||
+    [ -n "${CUDNN_HOME:-}" ] || return 0
+  echo "== fetching cuDNN's C++ frontend (nvidia-cudnn-frontend==$TED_CUDNN_FRONTEND_VERSION from PyPI, its headers only)"
+  local wheels
+  wheels=$(mktemp -d)
+  if /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: -d "$wheels" \
+    "nvidia-cudnn-frontend==$TED_CUDNN_FRONTEND_VERSION" &&
+    /usr/bin/python3 - "$wheels" "$dir" <<'PY'
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+with zipfile.ZipFile(wheel) as archive:
+    archive.extractall(sys.argv[2], [n for n in archive.namelist() if n.startswith("include/")])
+PY
+  then
+    echo "== cudnn-frontend headers in $dir/include"
+  else
+    echo "== no cuDNN frontend (pip could not fetch it): the GPU attention will be the materialised one"
+    rm -rf "$dir"
+  fi
+  rm -rf "$wheels"
+}
 
 ted_install_missing() {
   local missing=() package
@@ -65,6 +99,7 @@ ted_wait_for_package_lock() {
 }
 
 ted_build() {
+  ted_fetch_cudnn_frontend
   if [ ! -f "$TED_BUILD/CMakeCache.txt" ]; then
     echo "== configuring $TED_BUILD"
     cmake -S "$TED_ROOT" -B "$TED_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release || return

@@ -2,6 +2,10 @@
 // runs), each scored against the CPU fp32 reference, run on the device given by --device.
 //   test_backend --device cpu     every case on the CPU backend (fp32, bf16, fp16)
 //   test_backend --device cuda    the same on GPU 0; exits 77 (CTest: skipped) without a GPU
+//   test_backend --device cuda --require-cudnn "[attention]"
+//                                 the attention cases where cuDNN's fused attention runs them;
+//                                 where it does not (the emulated GPU, no cuDNN found), prints
+//                                 why and exits 77
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -20,6 +24,13 @@ struct Backend {
   std::unique_ptr<ted::Ops<ted::BFloat16>> bf16;
 };
 Backend g_backend;
+
+void release() {
+  g_backend.bf16.reset();  // the tables use the device: they go first
+  g_backend.f16.reset();
+  g_backend.f32.reset();
+  g_backend.device.reset();
+}
 }  // namespace
 
 ted::Device& ted::test::device() {
@@ -41,8 +52,11 @@ ted::Ops<ted::BFloat16>& ted::test::ops<ted::BFloat16>() {
 int main(int argc, char** argv) {
   Catch::Session session;
   std::string device_name = "cpu";
+  bool require_cudnn = false;
   using Catch::clara::Opt;
-  session.cli(session.cli() | Opt(device_name, "cpu|cuda")["--device"]("the backend under test"));
+  session.cli(session.cli() | Opt(device_name, "cpu|cuda")["--device"]("the backend under test") |
+              Opt(require_cudnn)["--require-cudnn"](
+                  "skip (exit 77, saying why) unless cuDNN's attention runs the shapes"));
   if (int rc = session.applyCommandLine(argc, argv)) return rc;
   try {
     const auto kind = ted::parse_device_kind(device_name);
@@ -61,10 +75,17 @@ int main(int argc, char** argv) {
   g_backend.bf16 = ted::make_ops<ted::BFloat16>(*g_backend.device);
   std::printf("# backend %s on %s\n", g_backend.f32->name().c_str(),
               g_backend.device->name().c_str());
+  if (require_cudnn) {  // a typical shape: bf16, 128 positions, 4 heads of 64
+    const auto fused = g_backend.bf16->fused_attention(128, 4, 256);
+    if (fused.kernel != "cudnn") {
+      std::printf("SKIPPED: cuDNN's attention does not run here: %s\n",
+                  fused.note.empty() ? ("the backend's fused kernel is " + fused.kernel).c_str()
+                                     : fused.note.c_str());
+      release();
+      return 77;
+    }
+  }
   const int failed = session.run();
-  g_backend.bf16.reset();  // the tables use the device: they go first
-  g_backend.f16.reset();
-  g_backend.f32.reset();
-  g_backend.device.reset();
+  release();
   return failed;
 }

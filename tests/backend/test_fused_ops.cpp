@@ -8,6 +8,7 @@
 
 #include "backend/backend.hpp"
 #include "ted/kernels/cpu/layers.hpp"
+#include "ted/model/gpt.hpp"
 
 using namespace ted;
 using namespace ted::test;
@@ -87,4 +88,27 @@ TEMPLATE_TEST_CASE("bias + GeLU, GeLU backward + bias gradient, bias + residual 
                            db);  // fp32, but a sum of d, which carries T's rounding
   ops<T>().add_bias_residual(gy.data(), gbias.data(), gresidual.data(), rows, width);
   CHECK_CLOSE_TO_REFERENCE(T, download(gy), y);
+}
+
+// model.attention = auto takes the kernel table's fastest attention for the shape: the CPU's
+// FlashAttention-2; cuDNN's fused attention on a GPU where it takes the shape (bf16, fp16);
+// else the materialised one (fp32 on a GPU, the emulated GPU), never the GPU's own slower kernel.
+TEMPLATE_TEST_CASE("model.attention = auto runs the backend's fastest attention",
+                   "[attention][model]", STORAGE_TYPES) {
+  using T = TestType;
+  model::ModelConfig c;
+  c.vocab = 32;
+  c.seq_len = 128;
+  c.hidden = 256;
+  c.heads = 4;
+  c.layers = 1;
+  const auto fused = ops<T>().fused_attention(c.seq_len, c.heads, c.hidden);
+  model::GptModel<T> model(c, device());
+  INFO("kernel table: " << fused.kernel << (fused.fastest ? " (fastest)" : "") << " "
+                        << fused.note);
+  CHECK(model.attention() == (fused.fastest ? fused.kernel : std::string("materialized")));
+  if (ops<T>().name() == "cpu") CHECK(model.attention() == "flash");
+  if (fused.kernel == "cudnn") CHECK(!std::is_same_v<T, float>);
+  c.attention = "materialized";
+  CHECK(model::GptModel<T>(c, device()).attention() == "materialized");
 }

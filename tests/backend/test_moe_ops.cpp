@@ -259,9 +259,12 @@ void check_experts(const std::vector<std::int32_t>& used) {
       if (empty(b, row))
         for (int j = 0; j < h; ++j) empty_rows_zero &= d_in_seen[(b * R + row) * h + j] == 0.0f;
   CHECK(empty_rows_zero);
-  CHECK_CLOSE_TO_REFERENCE(float, download(gdw1), dw1);
+  // fp32 gradients. dW2 and db2 come from 16-bit operands the reference sees too; dW1 and db1
+  // from the hidden layer's gradient, which a backend may round to T once so that its GEMMs
+  // take 16-bit operands (the CUDA backend does, as DeepSpeed and Megatron do): T's tolerance.
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdw1), dw1);
   CHECK_CLOSE_TO_REFERENCE(float, download(gdw2), dw2);
-  CHECK_CLOSE_TO_REFERENCE(float, download(gdb1), db1);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdb1), db1);
   CHECK_CLOSE_TO_REFERENCE(float, download(gdb2), db2);
 }
 

@@ -118,11 +118,23 @@ TEST_CASE("fused attention's activation peak lacks the S x S probabilities") {
   CHECK(materialised - fused == probs - lse);
 }
 
-TEST_CASE("model.attention takes fused or materialized only") {
+TEST_CASE("model.attention takes auto, fused or materialized only") {
   auto c = config("fused");
   CHECK_NOTHROW(c.validate());
   c.attention = "materialized";
   CHECK_NOTHROW(c.validate());
+  c.attention = "auto";
+  CHECK_NOTHROW(c.validate());
   c.attention = "flash";
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("model.attention") && Catch::Contains("flash"));
+}
+
+TEST_CASE("the model says which attention runs: auto is the CPU's FlashAttention-2") {
+  auto device = ted::make_cpu_device();
+  for (const char* asked : {"auto", "fused", "materialized"}) {
+    ted::model::GptModel<float> model(config(asked), *device);
+    INFO("model.attention " << asked);
+    CHECK(model.attention() == (std::string(asked) == "materialized" ? "materialized" : "flash"));
+  }
+  CHECK(ted::model::ModelConfig{}.attention == "auto");  // the default
 }

@@ -44,6 +44,9 @@ class Ops {
 
   Device& device() const { return device_; }
   virtual std::string name() const = 0;  // "cpu", "cuda"
+  // What a benchmark line should say about the kernels that ran (the CUDA backend: how its
+  // GEMM epilogues ran); empty where there is nothing to say.
+  virtual std::string kernel_notes() { return ""; }
 
   // ---- element-wise --------------------------------------------------------------------------
   // y += a.
@@ -82,6 +85,19 @@ class Ops {
   virtual void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) = 0;
   virtual void linear_backward(const T* x, const T* w, const T* dy, T* dx, M* dw, M* db, int n,
                                int in, int out) = 0;
+  // y = x W + b + residual: a row-parallel layer's output with its skip connection, where no
+  // tensor reduction comes between (T = 1); a backend may fuse both into the GEMM.
+  virtual void linear_residual_forward(const T* x, const T* w, const T* b, const T* residual, T* y,
+                                       int n, int in, int out) = 0;
+  // An FFN's first layer: hidden = x W + b (kept for the backward), act = gelu(hidden), both
+  // rounded once from M.
+  virtual void linear_gelu_forward(const T* x, const T* w, const T* b, T* hidden, T* act, int n,
+                                   int in, int out) = 0;
+  // Back through an FFN's second layer (w [in, out]) and the GeLU before it: d_hidden =
+  // (dy W^T) * gelu'(hidden) (overwritten, [n, in]), db += d_hidden's column sums (db may be
+  // null). The second layer's weight gradient is linear_backward's, with dx null.
+  virtual void linear_dgelu_backward(const T* dy, const T* w, const T* hidden, T* d_hidden, M* db,
+                                     int n, int in, int out) = 0;
   // The gate's logits x W in the master type (routing decisions are made in fp32).
   virtual void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) = 0;
   virtual void gelu_forward(const T* x, T* y, std::size_t count) = 0;
@@ -106,6 +122,16 @@ class Ops {
   // d_qkv is overwritten.
   virtual void flash_attention_backward(const T* qkv, const T* out, const M* lse, const T* d_out,
                                         T* d_qkv, int batch, int seq, int heads, int h) = 0;
+  // Which kernel flash_attention_* runs for this shape in this storage type: "flash" (the
+  // suite's own FlashAttention-2) or "cudnn" (cuDNN's fused attention, the kernels the field
+  // runs on a GPU), and whether it is the backend's fastest attention for the shape (what
+  // model.attention = auto takes; false: the materialised one is faster here).
+  struct FusedAttention {
+    std::string kernel;
+    bool fastest = true;
+    std::string note;  // on a GPU without cuDNN's attention for the shape: why not
+  };
+  virtual FusedAttention fused_attention(int seq, int heads, int h) = 0;
   // The mean cross-entropy of logits [n, vocab] against targets; keeps each row's log-sum-exp
   // in log_sum [n] for the backward.
   virtual double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,

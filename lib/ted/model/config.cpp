@@ -26,8 +26,9 @@ void ModelConfig::validate() const {
   if (hidden % heads != 0)
     throw ConfigError("model.heads (" + std::to_string(heads) + ") must divide model.hidden (" +
                       std::to_string(hidden) + ")");
-  if (attention != "fused" && attention != "materialized")
-    throw ConfigError("model.attention must be fused or materialized, got '" + attention + "'");
+  if (attention != "auto" && attention != "fused" && attention != "materialized")
+    throw ConfigError("model.attention must be auto, fused or materialized, got '" + attention +
+                      "'");
   if (grad_dtype != "fp32" && grad_dtype != "bf16" && grad_dtype != "fp16")
     throw ConfigError("training.grad_dtype must be fp32, bf16 or fp16, got '" + grad_dtype + "'");
   if (gate.top_k != 1 && gate.top_k != 2)

@@ -19,10 +19,12 @@ struct ModelConfig {
   int expert_interval = 2;  // every expert_interval-th block is MoE (blocks 1, 3, ... for 2)
   GateConfig gate;          // gate.experts is the number of experts
   bool checkpoint = false;  // activation checkpointing per block
-  // Causal attention: "fused" (FlashAttention-2: scores one tile at a time, each row's
-  // log-sum-exp kept) or "materialized" (the [seq, seq] probabilities kept per head, as the
-  // Megatron of the paper's time did; what the memory experiment and projection can model).
-  std::string attention = "fused";
+  // Causal attention: "fused" (scores one tile at a time, each row's log-sum-exp kept: the
+  // backend's FlashAttention-2, or cuDNN's fused attention on a GPU where it takes the shape),
+  // "materialized" (the [seq, seq] probabilities kept per head, as the Megatron of the paper's
+  // time did), or "auto": the backend's fastest of the two for the shape (GptModel::attention()
+  // says which ran). The projection counts auto as fused.
+  std::string attention = "auto";
   // Parameter gradients (training.grad_dtype): "fp32", the master type; or the storage type
   // (bf16, fp16; the model checks it is its own), as DeepSpeed's fp16 ZeRO-1 keeps them:
   // 16-bit, accumulated once per micro-batch and reduced in 16-bit.
@@ -32,7 +34,7 @@ struct ModelConfig {
 
   int ffn() const { return ffn_mult * hidden; }
   bool is_moe(int layer) const { return (layer + 1) % expert_interval == 0; }
-  bool fused_attention() const { return attention == "fused"; }
+  bool fused_attention() const { return attention != "materialized"; }
   // Throws ConfigError naming the key and the rule.
   void validate() const;
   // The tensors that grow with the micro-batch stay within kMaxTensorElements.

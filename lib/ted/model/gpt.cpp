@@ -54,6 +54,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
                       std::string(to_string(dtype_of<T>::value)) + "), got '" + config_.grad_dtype +
                       "'");
   const int h = config_.hidden, f = config_.ffn(), E = config_.gate.experts;
+  resolve_attention();
 
   // Shards: column-parallel tensors keep columns t of T, row-parallel ones rows t of T; experts
   // keep experts e of Ep. Everything else is whole on every rank.
@@ -114,6 +115,19 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   lm_head_ = add("lm_head.w", {h, config_.vocab}, ParamInit::normal, true);
   params_.allocate(*ops_, config_.seed, config_.init_std, parallel_.dense_pad, parallel_.expert_pad,
                    storage_gradients);
+}
+
+// model.attention on this backend: fused or materialized as asked; auto takes the backend's
+// fastest for this rank's heads, or the fused one where the [seq, seq] scores of a micro-batch of
+// one sequence would not fit one tensor.
+template <typename T>
+void GptModel<T>::resolve_attention() {
+  const int heads = config_.heads / T_, hl = config_.hidden / T_, S = config_.seq_len;
+  const auto fused = ops_->fused_attention(S, heads, hl);
+  fused_attention_ = config_.attention == "fused" ||
+                     (config_.attention == "auto" &&
+                      (fused.fastest || double(heads) * S * S > kMaxTensorElements));
+  attention_ = fused_attention_ ? fused.kernel : "materialized";
 }
 
 template <typename T>
@@ -181,7 +195,7 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   a.qkv = Tensor<T>(device_, static_cast<std::size_t>(N) * 3 * hl);
   ops.linear_forward(a.ln1.data(), P.value(ids.qkv_w), P.value(ids.qkv_b), a.qkv.data(), N, h,
                      3 * hl);
-  if (config_.fused_attention()) {
+  if (fused_attention_) {
     a.lse = Tensor<M>(device_, static_cast<std::size_t>(B) * Hl * S);
     a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
     ops.flash_attention_forward(a.qkv.data(), a.att.data(), a.lse.data(), B, S, Hl, hl);
@@ -191,10 +205,15 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
     ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl);
   }
   a.mid = Tensor<T>(device_, Nh);
-  reduced_output(a.mid.data(), Nh, a.proj_stash, recompute, [&](T* partial) {
-    ops.linear_forward(a.att.data(), P.value(ids.proj_w), nullptr, partial, N, hl, h);
-  });
-  ops.add_bias_residual(a.mid.data(), P.value(ids.proj_b), x, N, h);
+  if (T_ == 1) {  // no reduction between the GEMM and its bias and skip: one fused op
+    ops.linear_residual_forward(a.att.data(), P.value(ids.proj_w), P.value(ids.proj_b), x,
+                                a.mid.data(), N, hl, h);
+  } else {
+    reduced_output(a.mid.data(), Nh, a.proj_stash, recompute, [&](T* partial) {
+      ops.linear_forward(a.att.data(), P.value(ids.proj_w), nullptr, partial, N, hl, h);
+    });
+    ops.add_bias_residual(a.mid.data(), P.value(ids.proj_b), x, N, h);
+  }
   a.ln2 = Tensor<T>(device_, Nh);
   a.ln2_mean = Tensor<M>(device_, N);
   a.ln2_rstd = Tensor<M>(device_, N);
@@ -229,12 +248,17 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   } else {
     a.fc1 = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
     a.act = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
-    ops.linear_forward(a.ln2.data(), P.value(ids.fc1_w), nullptr, a.fc1.data(), N, h, fl);
-    ops.bias_gelu_forward(a.fc1.data(), P.value(ids.fc1_b), a.act.data(), N, fl);
-    reduced_output(out, Nh, a.ffn_stash, recompute, [&](T* partial) {
-      ops.linear_forward(a.act.data(), P.value(ids.fc2_w), nullptr, partial, N, fl, h);
-    });
-    ops.add_bias_residual(out, P.value(ids.fc2_b), a.mid.data(), N, h);
+    ops.linear_gelu_forward(a.ln2.data(), P.value(ids.fc1_w), P.value(ids.fc1_b), a.fc1.data(),
+                            a.act.data(), N, h, fl);
+    if (T_ == 1) {
+      ops.linear_residual_forward(a.act.data(), P.value(ids.fc2_w), P.value(ids.fc2_b),
+                                  a.mid.data(), out, N, fl, h);
+    } else {
+      reduced_output(out, Nh, a.ffn_stash, recompute, [&](T* partial) {
+        ops.linear_forward(a.act.data(), P.value(ids.fc2_w), nullptr, partial, N, fl, h);
+      });
+      ops.add_bias_residual(out, P.value(ids.fc2_b), a.mid.data(), N, h);
+    }
     flops += 4.0 * N * h * fl;
   }
   if (ids.moe) ops.add(a.mid.data(), out, Nh);  // residual (the MoE layer added its bias)
@@ -288,11 +312,12 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
                       moe_params(ids), moe_exchange(false), a.moe[g], aux_scale, grads);
     }
   } else {
-    Tensor<T> d_act = zeros<T>(device_, static_cast<std::size_t>(N) * fl);
-    ops.linear_backward(a.act.data(), P.value(ids.fc2_w), d_out, d_act.data(), P.grad(ids.fc2_w),
+    Tensor<T> d_hidden(device_, static_cast<std::size_t>(N) * fl);
+    ops.linear_backward(a.act.data(), P.value(ids.fc2_w), d_out, nullptr, P.grad(ids.fc2_w),
                         P.grad(ids.fc2_b), N, fl, h);
-    ops.gelu_bias_backward(a.fc1.data(), d_act.data(), P.grad(ids.fc1_b), N, fl);
-    ops.linear_backward(a.ln2.data(), P.value(ids.fc1_w), d_act.data(), d_ln2.data(),
+    ops.linear_dgelu_backward(d_out, P.value(ids.fc2_w), a.fc1.data(), d_hidden.data(),
+                              P.grad(ids.fc1_b), N, fl, h);
+    ops.linear_backward(a.ln2.data(), P.value(ids.fc1_w), d_hidden.data(), d_ln2.data(),
                         P.grad(ids.fc1_w), nullptr, N, h, fl);
     tensor_all_reduce(d_ln2.data(), Nh);  // column-parallel input gradient
   }
@@ -304,7 +329,7 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   ops.linear_backward(a.att.data(), P.value(ids.proj_w), d_mid.data(), d_att.data(),
                       P.grad(ids.proj_w), P.grad(ids.proj_b), N, hl, h);
   Tensor<T> d_qkv(device_, static_cast<std::size_t>(N) * 3 * hl);
-  if (config_.fused_attention())
+  if (fused_attention_)
     ops.flash_attention_backward(a.qkv.data(), a.att.data(), a.lse.data(), d_att.data(),
                                  d_qkv.data(), B, S, Hl, hl);
   else

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ted/backend/ops.hpp"
@@ -94,6 +95,10 @@ class GptModel {
 
   // GEMM FLOPs of the last forward (backward is twice this; recompute adds a forward).
   double last_forward_flops() const { return last_forward_flops_; }
+  // The attention that runs (model.attention resolved on this backend for this shape):
+  // "cudnn" (cuDNN's fused attention), "flash" (the suite's FlashAttention-2) or
+  // "materialized". For CSV rows and benchmark lines.
+  const std::string& attention() const { return attention_; }
 
  private:
   struct BlockIds {
@@ -115,6 +120,7 @@ class GptModel {
     int dropped = 0;
   };
 
+  void resolve_attention();
   void block_forward(int layer, const T* x, T* out, BlockActs& acts, bool recompute);
   void block_backward(int layer, const T* d_out, T* d_in, BlockActs& acts);
   void release_internals(BlockActs& acts);
@@ -132,6 +138,8 @@ class GptModel {
   std::unique_ptr<Ops<T>> ops_;
   ModelParallel parallel_;
   int T_ = 1, t_ = 0, Ep_ = 1, e_ = 0;
+  bool fused_attention_ = true;
+  std::string attention_;
   ParamSet<T> params_;
   int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_;
   std::vector<BlockIds> blocks_;

@@ -228,6 +228,35 @@ class CpuOps final : public Ops<T> {
     kc::linear_backward<C>(xc, wc, dyc, dxc, dw, db, n, in, out);
   }
 
+  // The fused dense-layer ops, as their parts: the same arithmetic, bit for bit, as the model's
+  // unfused calls.
+  void linear_residual_forward(const T* x, const T* w, const T* b, const T* residual, T* y, int n,
+                               int in, int out) override {
+    linear_forward(x, w, nullptr, y, n, in, out);
+    if (b) {
+      add_bias_residual(y, b, residual, n, out);
+    } else {
+      add(residual, y, count_of<T>(n, out));
+    }
+  }
+
+  void linear_gelu_forward(const T* x, const T* w, const T* b, T* hidden, T* act, int n, int in,
+                           int out) override {
+    linear_forward(x, w, nullptr, hidden, n, in, out);
+    bias_gelu_forward(hidden, b, act, n, out);
+  }
+
+  void linear_dgelu_backward(const T* dy, const T* w, const T* hidden, T* d_hidden, M* db, int n,
+                             int in, int out) override {
+    {
+      TED_OP_TIMER(__func__);
+      In<T> wc(w, count_of<T>(in, out)), dyc(dy, count_of<T>(n, out));
+      Out<T> dx(d_hidden, count_of<T>(n, in), false);
+      if (n > 0) kc::gemm(false, true, n, in, out, C(1), dyc, out, wc, out, C(0), dx, in);
+    }
+    gelu_bias_backward(hidden, d_hidden, db, n, in);
+  }
+
   void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) override {
     TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out));
@@ -306,6 +335,10 @@ class CpuOps final : public Ops<T> {
     In<T> q(qkv, rows * 3 * h), o(out, rows * h), d(d_out, rows * h);
     Out<T> dq(d_qkv, rows * 3 * h, false);
     kc::flash_attention_backward<C>(q, o, lse, d, dq, batch, seq, heads, h);
+  }
+
+  typename Ops<T>::FusedAttention fused_attention(int, int, int) override {
+    return {"flash", true, ""};
   }
 
   double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "ted/core/error.hpp"
+#include "ted/kernels/cuda/cudnn_attention.hpp"
 #include "ted/kernels/cuda/kernels.hpp"
 
 namespace ted::cuda {
@@ -30,8 +31,13 @@ template <typename T>
 class CudaOps final : public Ops<T> {
  public:
   using M = float;
-  explicit CudaOps(Device& device) : Ops<T>(device), ctx_(device) {}
+  explicit CudaOps(Device& device) : Ops<T>(device), ctx_(device), cudnn_(device) {}
   std::string name() const override { return "cuda"; }
+  std::string kernel_notes() override {
+    const kc::GemmPaths paths = kc::gemm_paths(ctx_);
+    return "GEMM epilogues: " + std::to_string(paths.cublaslt) + " fused by cuBLASLt, " +
+           std::to_string(paths.fallback) + " as GEMM + pass";
+  }
 
   void add(const T* a, T* y, std::size_t count) override { kc::add<T>(ctx_, a, y, count); }
   void add_bias(T* y, const T* bias, int rows, int width, int rows_per_bias, int biases) override {
@@ -82,6 +88,18 @@ class CudaOps final : public Ops<T> {
                        int out) override {
     kc::linear_backward<T>(ctx_, x, w, dy, dx, dw, db, n, in, out);
   }
+  void linear_residual_forward(const T* x, const T* w, const T* b, const T* residual, T* y, int n,
+                               int in, int out) override {
+    kc::linear_residual_forward<T>(ctx_, x, w, b, residual, y, n, in, out);
+  }
+  void linear_gelu_forward(const T* x, const T* w, const T* b, T* hidden, T* act, int n, int in,
+                           int out) override {
+    kc::linear_gelu_forward<T>(ctx_, x, w, b, hidden, act, n, in, out);
+  }
+  void linear_dgelu_backward(const T* dy, const T* w, const T* hidden, T* d_hidden, M* db, int n,
+                             int in, int out) override {
+    kc::linear_dgelu_backward<T>(ctx_, dy, w, hidden, d_hidden, db, n, in, out);
+  }
   void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) override {
     kc::gate_logits<T>(ctx_, x, w, logits, n, in, out);
   }
@@ -105,13 +123,26 @@ class CudaOps final : public Ops<T> {
                           int seq, int heads, int h) override {
     kc::attention_backward<T>(ctx_, qkv, probs, d_out, d_qkv, batch, seq, heads, h);
   }
+  // cuDNN's fused attention where it runs the shape (bf16, fp16), else the suite's own kernel:
+  // the same choice for a shape in both directions, so the statistics match.
+  typename Ops<T>::FusedAttention fused_attention(int seq, int heads, int h) override {
+    const std::string why = cudnn_.unsupported(dtype_of<T>::value, seq, heads, h);
+    if (why.empty()) return {"cudnn", true, ""};
+    return {"flash", false, why};  // the materialised attention (cuBLAS) is faster than ours
+  }
   void flash_attention_forward(const T* qkv, T* out, M* lse, int batch, int seq, int heads,
                                int h) override {
-    kc::flash_attention_forward<T>(ctx_, qkv, out, lse, batch, seq, heads, h);
+    if (use_cudnn(seq, heads, h))
+      cudnn_.forward(dtype_of<T>::value, qkv, out, lse, batch, seq, heads, h);
+    else
+      kc::flash_attention_forward<T>(ctx_, qkv, out, lse, batch, seq, heads, h);
   }
   void flash_attention_backward(const T* qkv, const T* out, const M* lse, const T* d_out, T* d_qkv,
                                 int batch, int seq, int heads, int h) override {
-    kc::flash_attention_backward<T>(ctx_, qkv, out, lse, d_out, d_qkv, batch, seq, heads, h);
+    if (use_cudnn(seq, heads, h))
+      cudnn_.backward(dtype_of<T>::value, qkv, out, lse, d_out, d_qkv, batch, seq, heads, h);
+    else
+      kc::flash_attention_backward<T>(ctx_, qkv, out, lse, d_out, d_qkv, batch, seq, heads, h);
   }
   double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,
                             int vocab) override {
@@ -185,7 +216,12 @@ class CudaOps final : public Ops<T> {
   }
 
  private:
+  bool use_cudnn(int seq, int heads, int h) {
+    return cudnn_.unsupported(dtype_of<T>::value, seq, heads, h).empty();
+  }
+
   kc::Context ctx_;
+  kc::CudnnAttention cudnn_;
 };
 
 }  // namespace

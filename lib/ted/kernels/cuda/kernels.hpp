@@ -84,9 +84,57 @@ void gemm_batched_f32_out(Context& ctx, bool trans_a, bool trans_b, int m, int n
                           int ldb, std::int64_t stride_b, float beta, float* c, int ldc,
                           std::int64_t stride_c, int batch);
 
+// ---- GEMMs with an epilogue (cuBLASLt) ---------------------------------------------------------
+// D [m, n] (row-major, leading dimension ldd, `batch` of them stride_d apart) =
+//   epilogue(op(A) op(B) + residual + bias), computed in fp32 and rounded into D once:
+//   none           D = sum
+//   bias           D = sum (the bias added; any kind may have a bias or a residual)
+//   gelu_aux_bias  aux = sum, D = gelu(sum): a first FFN layer, keeping its GeLU input
+//   dgelu          D = sum * gelu'(aux): the gradient through that GeLU, aux the kept input
+// bias is [n] per batch entry, bias_stride apart; residual has D's layout; aux [m, n] with
+// leading dimension ld_aux, aux_stride apart. For 16-bit T this is one cuBLASLt matmul with a
+// fused epilogue where the library has one for the shape (the GPU reads and writes D once);
+// otherwise, and always for fp32 (whose results stay those of the plain GEMM followed by our
+// element-wise kernels, bit for bit), a GEMM into fp32 and one element-wise pass.
+// TED_CUBLASLT=0 in the environment turns the cuBLASLt path off (a comparison, a workaround).
+enum class Epilogue { none, bias, gelu_aux_bias, dgelu };
+template <typename T>
+struct GemmEpilogue {
+  Epilogue kind = Epilogue::none;
+  const T* bias = nullptr;
+  std::int64_t bias_stride = 0;
+  T* aux = nullptr;  // written by gelu_aux_bias, read by dgelu
+  int ld_aux = 0;
+  std::int64_t aux_stride = 0;
+  const T* residual = nullptr;
+};
+template <typename T>
+void gemm_fused(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, const T* a, int lda,
+                std::int64_t stride_a, const T* b, int ldb, std::int64_t stride_b, T* d, int ldd,
+                std::int64_t stride_d, int batch, const GemmEpilogue<T>& epilogue);
+// How this context's fused GEMMs ran so far: as one cuBLASLt call each, or GEMM + pass.
+struct GemmPaths {
+  long long cublaslt = 0;
+  long long fallback = 0;
+};
+GemmPaths gemm_paths(Context& ctx);
+
 // ---- the dense layers ------------------------------------------------------------------------
 template <typename T>
 void linear_forward(Context& ctx, const T* x, const T* w, const T* b, T* y, int n, int in, int out);
+// y = x W + b + residual (the row-parallel layer's output with its skip connection).
+template <typename T>
+void linear_residual_forward(Context& ctx, const T* x, const T* w, const T* b, const T* residual,
+                             T* y, int n, int in, int out);
+// hidden = x W + b, act = gelu(hidden): an FFN's first layer.
+template <typename T>
+void linear_gelu_forward(Context& ctx, const T* x, const T* w, const T* b, T* hidden, T* act, int n,
+                         int in, int out);
+// d_hidden = (dy W^T) * gelu'(hidden) (overwritten), db += its column sums: back through an
+// FFN's second layer and the GeLU before it. w is [in, out], d_hidden and hidden [n, in].
+template <typename T>
+void linear_dgelu_backward(Context& ctx, const T* dy, const T* w, const T* hidden, T* d_hidden,
+                           float* db, int n, int in, int out);
 template <typename T>
 void linear_backward(Context& ctx, const T* x, const T* w, const T* dy, T* dx, float* dw, float* db,
                      int n, int in, int out);

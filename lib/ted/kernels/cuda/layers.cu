@@ -27,6 +27,39 @@ __global__ void accumulate_kernel(const float* g, T* grad, std::size_t count) {
   TED_GRID_STRIDE(i, count) grad[i] = store<T>(load(grad[i]) + g[i]);
 }
 
+// The same three a Pack at a time (count a multiple of the pack, buffers 16-byte aligned).
+template <typename In, typename Out>
+__global__ void convert_packs_kernel(const In* src, Out* dst, std::size_t packs) {
+  constexpr int P = Pack<In>::kSize < Pack<Out>::kSize ? Pack<In>::kSize : Pack<Out>::kSize;
+  TED_GRID_STRIDE(i, packs) {
+    const Chunk<In, P> in = load_pack<In, P>(src + i * P);
+    Chunk<Out, P> out;
+    for (int q = 0; q < P; ++q) out.v[q] = store<Out>(load(in.v[q]));
+    store_pack(dst + i * P, out);
+  }
+}
+
+template <typename T>
+__global__ void add_packs_kernel(const T* a, T* y, std::size_t packs) {
+  constexpr int P = Pack<T>::kSize;
+  TED_GRID_STRIDE(i, packs) {
+    const Pack<T> x = load_pack(a + i * P);
+    Pack<T> out = load_pack(y + i * P);
+    for (int q = 0; q < P; ++q) out.v[q] = store<T>(load(out.v[q]) + load(x.v[q]));
+    store_pack(y + i * P, out);
+  }
+}
+
+template <typename T>
+__global__ void accumulate_packs_kernel(const float* g, T* grad, std::size_t packs) {
+  constexpr int P = Pack<T>::kSize;
+  TED_GRID_STRIDE(i, packs) {
+    Pack<T> out = load_pack(grad + i * P);
+    for (int q = 0; q < P; ++q) out.v[q] = store<T>(load(out.v[q]) + g[i * P + q]);
+    store_pack(grad + i * P, out);
+  }
+}
+
 template <typename T>
 __global__ void init_normal_kernel(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
                                    double std, model::SliceMap map) {
@@ -42,6 +75,23 @@ __global__ void add_bias_kernel(T* y, const T* bias, int rows, int width, int pe
     const std::size_t row = i / width, col = i % width;
     const std::size_t b = (row / per) % static_cast<std::size_t>(biases);
     y[i] = store<T>(load(y[i]) + load(bias[b * width + col]));
+  }
+}
+
+// y[row] += bias[(row / per) mod biases], a Pack at a time: packs of a row across x and threads,
+// rows across y (striding past the grid's 65535).
+template <typename T>
+__global__ void add_bias_rows_kernel(T* y, const T* bias, int rows, int width, int per,
+                                     int biases) {
+  constexpr int P = Pack<T>::kSize;
+  const int j = (blockIdx.x * blockDim.x + threadIdx.x) * P;
+  if (j >= width) return;
+  for (int row = blockIdx.y; row < rows; row += gridDim.y) {
+    T* out = y + static_cast<std::size_t>(row) * width + j;
+    const Pack<T> b = load_pack(bias + static_cast<std::size_t>((row / per) % biases) * width + j);
+    Pack<T> v = load_pack(out);
+    for (int q = 0; q < P; ++q) v.v[q] = store<T>(load(v.v[q]) + load(b.v[q]));
+    store_pack(out, v);
   }
 }
 
@@ -89,6 +139,74 @@ __global__ void layernorm_forward_kernel(const T* x, const T* gamma, const T* be
   if (threadIdx.x == 0) {
     mean[blockIdx.x] = mu;
     rstd[blockIdx.x] = r;
+  }
+}
+
+// One block per row, read once a Pack at a time into the block's shared row (fp32), then the
+// mean, the variance about it and the output from there.
+template <typename T>
+__global__ void layernorm_forward_packs_kernel(const T* x, const T* gamma, const T* beta, T* y,
+                                               float* mean, float* rstd, int h) {
+  constexpr int P = Pack<T>::kSize;
+  __shared__ float shared[32];
+  float* row = dynamic_shared<float>();
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * h;
+  float s = 0;
+  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {
+    const Pack<T> p = load_pack(x + base + j);
+    for (int q = 0; q < P; ++q) s += (row[j + q] = load(p.v[q]));
+  }
+  const float mu = block_sum(s, shared) / h;  // each thread reads back only what it wrote
+  float var = 0;
+  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P)
+    for (int q = 0; q < P; ++q) {
+      const float d = row[j + q] - mu;
+      var += d * d;
+    }
+  const float r = rsqrtf(block_sum(var, shared) / h + 1e-5f);
+  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {
+    const Pack<T> g = load_pack(gamma + j), b = load_pack(beta + j);
+    Pack<T> out;
+    for (int q = 0; q < P; ++q)
+      out.v[q] = store<T>((row[j + q] - mu) * r * load(g.v[q]) + load(b.v[q]));
+    store_pack(y + base + j, out);
+  }
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = mu;
+    rstd[blockIdx.x] = r;
+  }
+}
+
+// dx += r (g - (sum g + xhat sum g xhat) / h), g = dy gamma: one block per row, x and dy read once
+// a Pack at a time, xhat and g kept in the block's shared memory (2h floats).
+template <typename T>
+__global__ void layernorm_backward_dx_packs_kernel(const T* x, const T* gamma, const float* mean,
+                                                   const float* rstd, const T* dy, T* dx, int h) {
+  constexpr int P = Pack<T>::kSize;
+  __shared__ float shared[32];
+  float* xhat = dynamic_shared<float>();
+  float* g = xhat + h;
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * h;
+  const float mu = mean[blockIdx.x], r = rstd[blockIdx.x];
+  float sum_g = 0, sum_gx = 0;
+  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {
+    const Pack<T> px = load_pack(x + base + j), pd = load_pack(dy + base + j);
+    const Pack<T> pg = load_pack(gamma + j);
+    for (int q = 0; q < P; ++q) {
+      const float xh = (load(px.v[q]) - mu) * r, gq = load(pd.v[q]) * load(pg.v[q]);
+      xhat[j + q] = xh;
+      g[j + q] = gq;
+      sum_g += gq;
+      sum_gx += gq * xh;
+    }
+  }
+  sum_g = block_sum(sum_g, shared);
+  sum_gx = block_sum(sum_gx, shared);
+  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {
+    Pack<T> out = load_pack(dx + base + j);
+    for (int q = 0; q < P; ++q)
+      out.v[q] = store<T>(load(out.v[q]) + r * (g[j + q] - (sum_g + xhat[j + q] * sum_gx) / h));
+    store_pack(dx + base + j, out);
   }
 }
 
@@ -275,6 +393,12 @@ int row_chunk(int rows) {
 
 }  // namespace
 
+// Whether a flat buffer of `count` elements can be walked a Pack at a time.
+template <typename T>
+bool flat_packable(std::size_t count, std::initializer_list<const void*> pointers) {
+  return count % Pack<T>::kSize == 0 && packable<T>(Pack<T>::kSize, pointers);
+}
+
 template <typename From, typename To>
 void convert(Context& ctx, const From* src, To* dst, std::size_t count) {
   if (!count) return;
@@ -283,6 +407,12 @@ void convert(Context& ctx, const From* src, To* dst, std::size_t count) {
       TED_CHECK_CUDA(
           cudaMemcpyAsync(dst, src, count * sizeof(To), cudaMemcpyDeviceToDevice, stream(ctx)));
   } else {
+    constexpr int P = Pack<From>::kSize < Pack<To>::kSize ? Pack<From>::kSize : Pack<To>::kSize;
+    if (count % P == 0 && packable<From>(0, {src, dst})) {
+      launch<convert_packs_kernel<From, To>>(blocks_for(count / P), kThreads, 0, stream(ctx), src,
+                                             dst, count / P);
+      return;
+    }
     launch<convert_kernel<From, To>>(blocks_for(count), kThreads, 0, stream(ctx), src, dst, count);
   }
 }
@@ -290,6 +420,11 @@ void convert(Context& ctx, const From* src, To* dst, std::size_t count) {
 template <typename T>
 void add(Context& ctx, const T* a, T* y, std::size_t count) {
   if (!count) return;
+  if (flat_packable<T>(count, {a, y})) {
+    const std::size_t packs = count / Pack<T>::kSize;
+    launch<add_packs_kernel<T>>(blocks_for(packs), kThreads, 0, stream(ctx), a, y, packs);
+    return;
+  }
   launch<add_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), a, y, count);
 }
 
@@ -298,6 +433,14 @@ void add_bias(Context& ctx, T* y, const T* bias, int rows, int width, int rows_p
               int biases) {
   const std::size_t count = static_cast<std::size_t>(rows) * width;
   if (!count) return;
+  if (packable<T>(width, {y, bias})) {
+    const int packs = width / Pack<T>::kSize;
+    const unsigned threads = packs < 128 ? static_cast<unsigned>((packs + 31) / 32 * 32) : 128u;
+    const dim3 grid((packs + threads - 1) / threads, rows < 65535 ? rows : 65535);
+    launch<add_bias_rows_kernel<T>>(grid, threads, 0, stream(ctx), y, bias, rows, width,
+                                    rows_per_bias, biases);
+    return;
+  }
   launch<add_bias_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), y, bias, rows, width,
                              rows_per_bias, biases);
 }
@@ -320,12 +463,54 @@ void init_normal(Context& ctx, T* dst, std::size_t count, std::uint64_t seed, st
                                 std, map);
 }
 
+// The dense layers' GEMMs carry their bias, residual and GeLU in the epilogue (gemm_fused).
 template <typename T>
 void linear_forward(Context& ctx, const T* x, const T* w, const T* b, T* y, int n, int in,
                     int out) {
   if (n == 0) return;
-  gemm<T>(ctx, false, false, n, out, in, 1.0f, x, in, w, out, 0.0f, y, out);
-  if (b) add_bias<T>(ctx, y, b, n, out, n, 1);
+  if (!b) {
+    gemm<T>(ctx, false, false, n, out, in, 1.0f, x, in, w, out, 0.0f, y, out);
+    return;
+  }
+  GemmEpilogue<T> e;
+  e.kind = Epilogue::bias;
+  e.bias = b;
+  gemm_fused<T>(ctx, false, false, n, out, in, x, in, 0, w, out, 0, y, out, 0, 1, e);
+}
+
+template <typename T>
+void linear_residual_forward(Context& ctx, const T* x, const T* w, const T* b, const T* residual,
+                             T* y, int n, int in, int out) {
+  if (n == 0) return;
+  GemmEpilogue<T> e;
+  e.kind = b ? Epilogue::bias : Epilogue::none;
+  e.bias = b;
+  e.residual = residual;
+  gemm_fused<T>(ctx, false, false, n, out, in, x, in, 0, w, out, 0, y, out, 0, 1, e);
+}
+
+template <typename T>
+void linear_gelu_forward(Context& ctx, const T* x, const T* w, const T* b, T* hidden, T* act, int n,
+                         int in, int out) {
+  if (n == 0) return;
+  GemmEpilogue<T> e;
+  e.kind = Epilogue::gelu_aux_bias;
+  e.bias = b;
+  e.aux = hidden;
+  e.ld_aux = out;
+  gemm_fused<T>(ctx, false, false, n, out, in, x, in, 0, w, out, 0, act, out, 0, 1, e);
+}
+
+template <typename T>
+void linear_dgelu_backward(Context& ctx, const T* dy, const T* w, const T* hidden, T* d_hidden,
+                           float* db, int n, int in, int out) {
+  if (n == 0) return;
+  GemmEpilogue<T> e;
+  e.kind = Epilogue::dgelu;
+  e.aux = const_cast<T*>(hidden);  // read only: dgelu reads its aux
+  e.ld_aux = in;
+  gemm_fused<T>(ctx, false, true, n, in, out, dy, out, 0, w, out, 0, d_hidden, in, 0, 1, e);
+  if (db) bias_grad<T>(ctx, d_hidden, db, n, in, n, 1);
 }
 
 template <typename T>
@@ -343,10 +528,25 @@ void gate_logits(Context& ctx, const T* x, const T* w, float* logits, int n, int
   gemm_f32_out<T>(ctx, false, false, n, out, in, 1.0f, x, in, w, out, 0.0f, logits, out);
 }
 
+// The LayerNorm row kernels keep rows in shared memory: up to this many floats per block (the
+// default limit of 48 KiB, no opt-in needed).
+constexpr int kRowFloats = 12 * 1024;
+
+// Threads for a block that walks a row of `width` elements a Pack at a time.
+template <typename T>
+unsigned threads_for_packs(int width) {
+  return threads_for((width + Pack<T>::kSize - 1) / Pack<T>::kSize);
+}
+
 template <typename T>
 void layernorm_forward(Context& ctx, const T* x, const T* gamma, const T* beta, T* y, float* mean,
                        float* rstd, int n, int h) {
   if (n == 0) return;
+  if (h <= kRowFloats && packable<T>(h, {x, gamma, beta, y})) {
+    launch<layernorm_forward_packs_kernel<T>>(n, threads_for_packs<T>(h), h * sizeof(float),
+                                              stream(ctx), x, gamma, beta, y, mean, rstd, h);
+    return;
+  }
   launch<layernorm_forward_kernel<T>>(n, threads_for(h), 0, stream(ctx), x, gamma, beta, y, mean,
                                       rstd, h);
 }
@@ -356,8 +556,12 @@ void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* m
                         const float* rstd, const T* dy, T* dx, float* dgamma, float* dbeta, int n,
                         int h) {
   if (n == 0) return;
-  launch<layernorm_backward_dx_kernel<T>>(n, threads_for(h), 0, stream(ctx), x, gamma, mean, rstd,
-                                          dy, dx, h);
+  if (2 * h <= kRowFloats && packable<T>(h, {x, gamma, dy, dx}))
+    launch<layernorm_backward_dx_packs_kernel<T>>(n, threads_for_packs<T>(h), 2 * h * sizeof(float),
+                                                  stream(ctx), x, gamma, mean, rstd, dy, dx, h);
+  else
+    launch<layernorm_backward_dx_kernel<T>>(n, threads_for(h), 0, stream(ctx), x, gamma, mean, rstd,
+                                            dy, dx, h);
   const int chunk = row_chunk(n);
   const dim3 grid((h + 127) / 128, (n + chunk - 1) / chunk);
   launch<layernorm_backward_params_kernel<T>>(grid, 128, 0, stream(ctx), x, mean, rstd, dy, dgamma,
@@ -495,6 +699,11 @@ void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, c
 template <typename T>
 void accumulate(Context& ctx, const float* g, T* grad, std::size_t count) {
   if (!count) return;
+  if (flat_packable<T>(count, {g, grad})) {
+    const std::size_t packs = count / Pack<T>::kSize;
+    launch<accumulate_packs_kernel<T>>(blocks_for(packs), kThreads, 0, stream(ctx), g, grad, packs);
+    return;
+  }
   launch<accumulate_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), g, grad, count);
 }
 
@@ -525,6 +734,12 @@ TED_INSTANTIATE_CONVERT_FROM(BFloat16)
   template void init_normal<T>(Context&, T*, std::size_t, std::uint64_t, std::uint64_t, double,   \
                                const model::SliceMap&);                                           \
   template void linear_forward<T>(Context&, const T*, const T*, const T*, T*, int, int, int);     \
+  template void linear_residual_forward<T>(Context&, const T*, const T*, const T*, const T*, T*,  \
+                                           int, int, int);                                        \
+  template void linear_gelu_forward<T>(Context&, const T*, const T*, const T*, T*, T*, int, int,  \
+                                       int);                                                      \
+  template void linear_dgelu_backward<T>(Context&, const T*, const T*, const T*, T*, float*, int, \
+                                         int, int);                                               \
   template void linear_backward<T>(Context&, const T*, const T*, const T*, T*, float*, float*,    \
                                    int, int, int);                                                \
   template void gate_logits<T>(Context&, const T*, const T*, float*, int, int, int);              \

@@ -5,12 +5,10 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cfloat>
-#include <type_traits>
 #include <vector>
 
 #include "ted/core/random.hpp"
 #include "ted/kernels/cuda/common.cuh"
-#include "ted/kernels/elementwise.hpp"
 
 namespace ted::kernels::cuda {
 namespace {
@@ -173,6 +171,91 @@ __global__ void route_backward_kernel(const float* probs, const std::int32_t* ex
   for (int e = 0; e < experts; ++e) out[e] = store<T>(p[e] * (d_prob(e) - dot));
 }
 
+// The same three one block per row, a Pack at a time (h a multiple of the pack, rows aligned):
+// a kept choice's row copied to its slot; a token's row gathered from its kept slots; a kept
+// choice's slot gradient and its weight's gradient.
+template <typename T>
+__global__ void dispatch_rows_kernel(const T* x, const std::int32_t* expert,
+                                     const std::int32_t* slot, int top_k, int capacity, int h,
+                                     T* buffer) {
+  constexpr int P = Pack<T>::kSize;
+  const int c = blockIdx.x;
+  if (slot[c] < 0) return;
+  const T* from = x + static_cast<std::size_t>(c / top_k) * h;
+  T* to = buffer + (static_cast<std::size_t>(expert[c]) * capacity + slot[c]) * h;
+  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) store_pack(to + j, load_pack(from + j));
+}
+
+template <typename T, bool kCombine>
+__global__ void gather_rows_kernel(const T* rows, const std::int32_t* expert,
+                                   const std::int32_t* slot, const float* weight, int top_k,
+                                   int capacity, int h, T* y) {
+  constexpr int P = Pack<T>::kSize;
+  const int s = blockIdx.x;
+  // The token's kept choices (top_k is 1 or 2), in choice order: their rows and weights.
+  const T* from[2] = {nullptr, nullptr};
+  float w[2] = {0.0f, 0.0f};
+  for (int k = 0; k < 2; ++k) {
+    const int c = s * top_k + k;
+    if (k >= top_k || slot[c] < 0) continue;
+    from[k] = rows + (static_cast<std::size_t>(expert[c]) * capacity + slot[c]) * h;
+    w[k] = kCombine ? weight[c] : 1.0f;
+  }
+  T* out = y + static_cast<std::size_t>(s) * h;
+  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {
+    float acc[P];
+    if (kCombine) {
+      for (int q = 0; q < P; ++q) acc[q] = 0.0f;
+    } else {
+      const Pack<T> old = load_pack(out + j);
+      for (int q = 0; q < P; ++q) acc[q] = load(old.v[q]);
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (!from[k]) continue;
+      const Pack<T> r = load_pack(from[k] + j);
+      for (int q = 0; q < P; ++q) acc[q] += w[k] * load(r.v[q]);
+    }
+    Pack<T> result;
+    for (int q = 0; q < P; ++q) result.v[q] = store<T>(acc[q]);
+    store_pack(out + j, result);
+  }
+}
+
+template <typename T>
+__global__ void combine_backward_rows_kernel(const T* expert_out, const T* dy,
+                                             const std::int32_t* expert, const std::int32_t* slot,
+                                             const float* weight, int top_k, int capacity, int h,
+                                             T* d_expert_out, float* d_weight) {
+  constexpr int P = Pack<T>::kSize;
+  __shared__ float shared[32];
+  const int c = blockIdx.x;
+  if (slot[c] < 0) {
+    if (threadIdx.x == 0) d_weight[c] = 0;
+    return;
+  }
+  const std::size_t row = static_cast<std::size_t>(expert[c]) * capacity + slot[c];
+  const T* g = dy + static_cast<std::size_t>(c / top_k) * h;
+  const float w = weight[c];
+  float dot = 0;
+  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {
+    const Pack<T> gj = load_pack(g + j), out = load_pack(expert_out + row * h + j);
+    Pack<T> d;
+    for (int q = 0; q < P; ++q) {
+      d.v[q] = store<T>(w * load(gj.v[q]));
+      dot += load(gj.v[q]) * load(out.v[q]);
+    }
+    store_pack(d_expert_out + row * h + j, d);
+  }
+  dot = block_sum(dot, shared);
+  if (threadIdx.x == 0) d_weight[c] = dot;
+}
+
+// Threads for a block that walks a row of h elements a Pack at a time.
+template <typename T>
+unsigned pack_threads(int h) {
+  return threads_for((h + Pack<T>::kSize - 1) / Pack<T>::kSize);
+}
+
 // Grid-stride over [tokens * top_k, h]: the kept choice (s, k) copies x[s] to its slot.
 template <typename T>
 __global__ void dispatch_kernel(const T* x, const std::int32_t* expert, const std::int32_t* slot,
@@ -229,26 +312,6 @@ __global__ void combine_backward_kernel(const T* expert_out, const T* dy,
   }
   dot = block_sum(dot, shared);
   if (threadIdx.x == 0) d_weight[c] = dot;
-}
-
-// hidden = round(pre + b1), act = round(gelu(pre + b1)) in one pass; row r's bias is expert
-// (r / rows_per_bias) mod biases. pre may be hidden itself (fp32 storage).
-template <typename T>
-__global__ void bias_gelu_f32_kernel(const float* pre, const T* bias, T* hidden, T* act,
-                                     std::size_t count, int width, int rows_per_bias, int biases) {
-  TED_GRID_STRIDE(i, count) {
-    const std::size_t row = i / width, col = i % width;
-    const std::size_t b = (row / rows_per_bias) % static_cast<std::size_t>(biases);
-    const float v = pre[i] + load(bias[b * width + col]);
-    act[i] = store<T>(gelu(v));
-    hidden[i] = store<T>(v);
-  }
-}
-
-// d *= gelu'(hidden), in fp32.
-template <typename T>
-__global__ void gelu_grad_f32_kernel(const T* hidden, float* d, std::size_t count) {
-  TED_GRID_STRIDE(i, count) d[i] *= gelu_grad(load(hidden[i]));
 }
 
 __global__ void count_dropped_kernel(const std::int32_t* slot, int choices, std::int32_t* dropped) {
@@ -402,6 +465,11 @@ void dispatch(Context& ctx, const T* x, const model::Routing<float>& r, T* buffe
   TED_CHECK_CUDA(cudaMemsetAsync(buffer, 0, full * sizeof(T), stream(ctx)));
   const std::size_t count = static_cast<std::size_t>(r.tokens) * r.top_k * h;
   if (!count) return;
+  if (packable<T>(h, {x, buffer})) {
+    launch<dispatch_rows_kernel<T>>(r.tokens * r.top_k, pack_threads<T>(h), 0, stream(ctx), x,
+                                    r.expert.data(), r.slot.data(), r.top_k, capacity, h, buffer);
+    return;
+  }
   launch<dispatch_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), x, r.expert.data(),
                              r.slot.data(), r.tokens * r.top_k, r.top_k, capacity, h, buffer);
 }
@@ -411,6 +479,12 @@ void dispatch_backward(Context& ctx, const T* d_buffer, const model::Routing<flo
                        int h, int capacity) {
   const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
   if (!count) return;
+  if (packable<T>(h, {d_buffer, dx})) {
+    launch<gather_rows_kernel<T, false>>(r.tokens, pack_threads<T>(h), 0, stream(ctx), d_buffer,
+                                         r.expert.data(), r.slot.data(), nullptr, r.top_k, capacity,
+                                         h, dx);
+    return;
+  }
   launch<gather_kernel<T, false>>(blocks_for(count), kThreads, 0, stream(ctx), d_buffer,
                                   r.expert.data(), r.slot.data(), nullptr, r.tokens, r.top_k,
                                   capacity, h, dx);
@@ -421,6 +495,12 @@ void combine(Context& ctx, const T* expert_out, const model::Routing<float>& r, 
              int capacity) {
   const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
   if (!count) return;
+  if (packable<T>(h, {expert_out, y})) {
+    launch<gather_rows_kernel<T, true>>(r.tokens, pack_threads<T>(h), 0, stream(ctx), expert_out,
+                                        r.expert.data(), r.slot.data(), r.weight.data(), r.top_k,
+                                        capacity, h, y);
+    return;
+  }
   launch<gather_kernel<T, true>>(blocks_for(count), kThreads, 0, stream(ctx), expert_out,
                                  r.expert.data(), r.slot.data(), r.weight.data(), r.tokens, r.top_k,
                                  capacity, h, y);
@@ -434,14 +514,20 @@ void combine_backward(Context& ctx, const T* expert_out, const T* dy,
   if (full) TED_CHECK_CUDA(cudaMemsetAsync(d_expert_out, 0, full * sizeof(T), stream(ctx)));
   const int choices = r.tokens * r.top_k;
   if (!choices) return;
+  if (packable<T>(h, {expert_out, dy, d_expert_out})) {
+    launch<combine_backward_rows_kernel<T>>(choices, pack_threads<T>(h), 0, stream(ctx), expert_out,
+                                            dy, r.expert.data(), r.slot.data(), r.weight.data(),
+                                            r.top_k, capacity, h, d_expert_out, d_weight);
+    return;
+  }
   launch<combine_backward_kernel<T>>(choices, threads_for(h), 0, stream(ctx), expert_out, dy,
                                      r.expert.data(), r.slot.data(), r.weight.data(), r.top_k,
                                      capacity, h, d_expert_out, d_weight);
 }
 
-// Per source s, the experts' blocks [experts, rows, .] are one strided batch of GEMMs. As on
-// the CPU, the first layer's output stays fp32 until bias and GeLU have been applied (one pass),
-// and hidden and act are rounded to T once.
+// Per source s, the experts' blocks [experts, rows, .] are one strided batch of GEMMs. The first
+// layer's bias and GeLU are its epilogue: hidden (the GeLU input, bias included) and act are
+// rounded to T once from the fp32 sum.
 template <typename T>
 void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const T* w2, T* hidden,
                      T* act, T* out, int sources, int experts, int rows, int h, int f) {
@@ -449,24 +535,18 @@ void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const 
   const std::int64_t in_stride = static_cast<std::int64_t>(rows) * h;
   const std::int64_t mid_stride = static_cast<std::int64_t>(rows) * f;
   const std::int64_t w_stride = static_cast<std::int64_t>(h) * f;
-  const int blocks = sources * experts;
-  const std::size_t mid = static_cast<std::size_t>(blocks) * mid_stride;
-  Tensor<float> scratch;  // x W1 in fp32 (fp32 storage writes it into hidden itself)
-  float* pre = nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    pre = hidden;
-  } else {
-    scratch = Tensor<float>(ctx.device(), mid);
-    pre = scratch.data();
-  }
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
-    gemm_batched_f32_out<T>(ctx, false, false, rows, f, h, 1.0f, in + first * in_stride, h,
-                            in_stride, w1, f, w_stride, 0.0f, pre + first * mid_stride, f,
-                            mid_stride, experts);
+    GemmEpilogue<T> e;
+    e.kind = Epilogue::gelu_aux_bias;
+    e.bias = b1;
+    e.bias_stride = f;
+    e.aux = hidden + first * mid_stride;
+    e.ld_aux = f;
+    e.aux_stride = mid_stride;
+    gemm_fused<T>(ctx, false, false, rows, f, h, in + first * in_stride, h, in_stride, w1, f,
+                  w_stride, act + first * mid_stride, f, mid_stride, experts, e);
   }
-  launch<bias_gelu_f32_kernel<T>>(blocks_for(mid), kThreads, 0, stream(ctx), pre, b1, hidden, act,
-                                  mid, f, rows, experts);
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
     gemm_batched<T>(ctx, false, false, rows, h, f, 1.0f, act + first * mid_stride, f, mid_stride,
@@ -474,8 +554,10 @@ void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const 
   }
 }
 
-// The hidden layer's gradient is fp32 from the second layer's GEMM to dW1 and db1, as on the
-// CPU; dIn's GEMM takes it rounded to T once (cuBLAS multiplies operands of one type).
+// The hidden layer's gradient leaves the second layer's GEMM through the GeLU gradient epilogue,
+// rounded to T once (fp32 for fp32 storage); db1, dW1 and dIn all take it from there, so every
+// GEMM of a 16-bit step multiplies 16-bit operands on the tensor cores and accumulates in fp32,
+// as DeepSpeed and Megatron do. Weight gradients come out fp32.
 template <typename T>
 void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const T* hidden,
                       const T* act, const T* d_out, T* d_in, float* dw1, float* db1, float* dw2,
@@ -485,46 +567,31 @@ void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const
   const std::int64_t mid_stride = static_cast<std::int64_t>(rows) * f;
   const std::int64_t w_stride = static_cast<std::int64_t>(h) * f;
   const int blocks = sources * experts;
-  const std::size_t mid = static_cast<std::size_t>(blocks) * mid_stride;
-  Tensor<float> d_hidden(ctx.device(), mid);
+  Tensor<T> d_hidden(ctx.device(), static_cast<std::size_t>(blocks) * mid_stride);
   // Second layer: dW2 += act^T dOut (every source adds into the same experts), db2 += sums,
-  // dAct = dOut W2^T (fp32).
+  // dHidden = (dOut W2^T) * gelu'(hidden).
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
     gemm_batched_f32_out<T>(ctx, true, false, f, h, rows, 1.0f, act + first * mid_stride, f,
                             mid_stride, d_out + first * in_stride, h, in_stride, 1.0f, dw2, h,
                             w_stride, experts);
-    gemm_batched_f32_out<T>(ctx, false, true, rows, f, h, 1.0f, d_out + first * in_stride, h,
-                            in_stride, w2, h, w_stride, 0.0f, d_hidden.data() + first * mid_stride,
-                            f, mid_stride, experts);
+    GemmEpilogue<T> e;
+    e.kind = Epilogue::dgelu;
+    e.aux = const_cast<T*>(hidden + first * mid_stride);  // read only: dgelu reads its aux
+    e.ld_aux = f;
+    e.aux_stride = mid_stride;
+    gemm_fused<T>(ctx, false, true, rows, f, h, d_out + first * in_stride, h, in_stride, w2, h,
+                  w_stride, d_hidden.data() + first * mid_stride, f, mid_stride, experts, e);
   }
   bias_grad<T>(ctx, d_out, db2, blocks * rows, h, rows, experts);
-  launch<gelu_grad_f32_kernel<T>>(blocks_for(mid), kThreads, 0, stream(ctx), hidden,
-                                  d_hidden.data(), mid);
-  bias_grad<float>(ctx, d_hidden.data(), db1, blocks * rows, f, rows, experts);
-  // First layer: dW1 += in^T dHidden in fp32 (in widened exactly), dIn = dHidden W1^T.
-  Tensor<float> in_f32;
-  Tensor<T> d_hidden_t;
-  const float* in_wide = nullptr;
-  const T* d_hidden_narrow = nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    in_wide = in;
-    d_hidden_narrow = d_hidden.data();
-  } else {
-    const std::size_t in_count = static_cast<std::size_t>(blocks) * in_stride;
-    in_f32 = Tensor<float>(ctx.device(), in_count);
-    convert<T, float>(ctx, in, in_f32.data(), in_count);
-    d_hidden_t = Tensor<T>(ctx.device(), mid);
-    convert<float, T>(ctx, d_hidden.data(), d_hidden_t.data(), mid);
-    in_wide = in_f32.data();
-    d_hidden_narrow = d_hidden_t.data();
-  }
+  bias_grad<T>(ctx, d_hidden.data(), db1, blocks * rows, f, rows, experts);
+  // First layer: dW1 += in^T dHidden, dIn = dHidden W1^T.
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
-    gemm_batched_f32_out<float>(ctx, true, false, h, f, rows, 1.0f, in_wide + first * in_stride, h,
-                                in_stride, d_hidden.data() + first * mid_stride, f, mid_stride,
-                                1.0f, dw1, f, w_stride, experts);
-    gemm_batched<T>(ctx, false, true, rows, h, f, 1.0f, d_hidden_narrow + first * mid_stride, f,
+    gemm_batched_f32_out<T>(ctx, true, false, h, f, rows, 1.0f, in + first * in_stride, h,
+                            in_stride, d_hidden.data() + first * mid_stride, f, mid_stride, 1.0f,
+                            dw1, f, w_stride, experts);
+    gemm_batched<T>(ctx, false, true, rows, h, f, 1.0f, d_hidden.data() + first * mid_stride, f,
                     mid_stride, w1, f, w_stride, 0.0f, d_in + first * in_stride, h, in_stride,
                     experts);
   }
