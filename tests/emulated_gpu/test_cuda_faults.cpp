@@ -2,6 +2,8 @@
 // GPU (part of test_comm_emulated, with its --device cuda and --backend):
 // - a failed NCCL call inside a group leaves no group open behind it;
 // - a collective's recorded time does not include the kernels queued before it;
+// - on NCCL, measuring keeps the overlap: a started all-to-all that finished under the compute
+//   queued after it records no exposed time, and nothing blocks the host to time it;
 // - memory the device's pool keeps is handed back before cuBLAS sets up and when a device goes
 //   away, so a sweep's next point sees the GPU's memory free;
 // - the watchdog ends a collective whose peer never comes with one line (hidden case
@@ -68,6 +70,7 @@ TEST_CASE("an NCCL call that fails inside a group leaves no group open", "[emula
   for (float v : sums) CHECK(v == want);
 }
 
+// On NCCL the host does not wait either: the time comes from events on the collective's stream.
 TEST_CASE("a collective's recorded time leaves out the work queued before it", "[emulated]") {
   if (!on_gpu()) return;
   auto& world = ted::test::world();
@@ -91,8 +94,46 @@ TEST_CASE("a collective's recorded time leaves out the work queued before it", "
   device.copy_to_host(host.data(), buffer.data(), host.size() * sizeof(float));
   for (float v : host) CHECK(v == static_cast<float>(world.size()));
   REQUIRE(ledger.entries().size() == 1);
-  CHECK(wall >= 0.3);
+  if (world.backend() == ted::CommBackend::nccl) {
+    // Timed by events on its own stream: the host did not wait for the compute to time it.
+    CHECK(wall < 0.15);
+  } else {
+    CHECK(wall >= 0.3);  // staged through the host: it waits for the compute first
+  }
   CHECK(ledger.entries()[0].seconds < 0.15);
+}
+
+TEST_CASE("on NCCL a recorded all-to-all keeps its overlap with the compute after it",
+          "[emulated]") {
+  auto& world = ted::test::world();
+  if (!on_gpu() || world.backend() != ted::CommBackend::nccl) return;
+  ted::Ledger ledger;
+  ledger.set_keep_entries(true);
+  world.set_ledger(&ledger);
+  auto& device = ted::test::device();
+  const std::size_t count = 1024;
+  ted::DeviceBuffer send(device, count * world.size() * sizeof(float));
+  ted::DeviceBuffer recv(device, count * world.size() * sizeof(float));
+  device.fill(send.data(), count * world.size(), DataType::f32, 2.0);
+  // The transfer goes out on the communicator's stream; 300 ms of compute queued after its
+  // start on the device's stream hides it, and wait() comes after that compute.
+  auto pending = world.all_to_all_start(send.data(), recv.data(), count, DataType::f32);
+  auto slow = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
+  REQUIRE(cudaLaunchHostFunc(ted::cuda::stream_of(device), slow, nullptr) == cudaSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  pending->wait();
+  world.all_reduce(send.data(), send.data(), count, DataType::f32);  // blocking, also not waited
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<float> host(count * world.size());
+  device.copy_to_host(host.data(), recv.data(), host.size() * sizeof(float));
+  world.set_ledger(nullptr);
+  for (float v : host) CHECK(v == 2.0f);
+  CHECK(wall < 0.15);  // neither wait() nor the blocking all-reduce held the host
+  REQUIRE(ledger.entries().size() == 2);
+  CHECK(ledger.entries()[0].op == ted::CollectiveOp::all_to_all);
+  CHECK(ledger.entries()[0].seconds < 0.1);  // done long before the compute reached wait()
+  CHECK(ledger.entries()[1].seconds < 0.1);  // the all-reduce's own time, not the compute's
 }
 
 TEST_CASE("memory the pool keeps goes back to the GPU for cuBLAS and for the next device",

@@ -51,13 +51,14 @@ class FinishedCollective final : public PendingCollective {
   void wait() override {}
 };
 
-// A backend's pending collective with its ledger entry: the entry comes with the seconds spent
-// in the start call, wait() adds its own, and the entry is written once, after the backend's
-// wait() has returned (also when it is destroyed without a wait).
+// A backend's pending collective with its ledger entry, written once, after the backend's wait()
+// has returned (also when it is destroyed without a wait). On the host the entry comes with the
+// seconds spent in the start call and wait() adds its own; on a device its timer measures.
 class RecordedCollective final : public PendingCollective {
  public:
-  RecordedCollective(std::unique_ptr<PendingCollective> pending, Ledger& ledger, LedgerEntry entry)
-      : pending_(std::move(pending)), ledger_(ledger), entry_(entry) {}
+  RecordedCollective(std::unique_ptr<PendingCollective> pending, Ledger& ledger, LedgerEntry entry,
+                     std::unique_ptr<PendingTime> timer)
+      : pending_(std::move(pending)), ledger_(ledger), entry_(entry), timer_(std::move(timer)) {}
   ~RecordedCollective() override {
     try {
       wait();
@@ -68,6 +69,11 @@ class RecordedCollective final : public PendingCollective {
   void wait() override {
     if (finished_) return;
     finished_ = true;  // a wait that threw is not repeated by the destructor
+    if (timer_) {
+      pending_->wait();
+      ledger_.record(entry_, std::move(timer_));
+      return;
+    }
     auto start = std::chrono::steady_clock::now();
     pending_->wait();
     std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
@@ -82,6 +88,7 @@ class RecordedCollective final : public PendingCollective {
   std::unique_ptr<PendingCollective> pending_;
   Ledger& ledger_;
   LedgerEntry entry_;
+  std::unique_ptr<PendingTime> timer_;
   bool finished_ = false;
 };
 
@@ -101,6 +108,19 @@ void Communicator::recorded(CollectiveOp op, DataType dtype, std::uint64_t sent,
     call();
     return;
   }
+  const LedgerEntry entry{op, group_, size_, dtype, sent, received, 0.0};
+  if (auto timer = make_timer()) {  // on the device: events around it, read later
+    timer_ = timer.get();
+    try {
+      call();
+    } catch (...) {
+      timer_ = nullptr;
+      throw;
+    }
+    timer_ = nullptr;
+    ledger_->record(entry, std::move(timer));
+    return;
+  }
   // Work queued before the collective (the kernels that produce its send buffer) is not its
   // time: on a device with a stream, wait for it before the clock starts.
   synchronize();
@@ -108,7 +128,9 @@ void Communicator::recorded(CollectiveOp op, DataType dtype, std::uint64_t sent,
   call();
   synchronize();  // so the time is that of the collective, not of queueing it
   std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  ledger_->record({op, group_, size_, dtype, sent, received, elapsed.count()});
+  LedgerEntry timed = entry;
+  timed.seconds = elapsed.count();
+  ledger_->record(timed);
 }
 
 void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
@@ -152,14 +174,28 @@ std::unique_ptr<PendingCollective> Communicator::all_to_all_start(const void* se
   check_buffers(send, total, recv, total, false, "all_to_all", group_);
   if (!ledger_ || !ledger_->enabled())
     return do_all_to_all_start(send, recv, count_per_peer, dtype);
+  const LedgerEntry entry{CollectiveOp::all_to_all, group_, size_, dtype, total, total, 0.0};
+  if (auto timer = make_timer()) {  // on the device: its exposed time, measured by events
+    timer_ = timer.get();
+    std::unique_ptr<PendingCollective> pending;
+    try {
+      pending = do_all_to_all_start(send, recv, count_per_peer, dtype);
+    } catch (...) {
+      timer_ = nullptr;
+      throw;
+    }
+    timer_ = nullptr;
+    return std::make_unique<RecordedCollective>(std::move(pending), *ledger_, entry,
+                                                std::move(timer));
+  }
   // Unlike recorded(), no synchronize() here: waiting for the stream would end the overlap
   // before it began. The time of the start call is only that of issuing the transfer.
   auto start = std::chrono::steady_clock::now();
   auto pending = do_all_to_all_start(send, recv, count_per_peer, dtype);
   std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  return std::make_unique<RecordedCollective>(
-      std::move(pending), *ledger_,
-      LedgerEntry{CollectiveOp::all_to_all, group_, size_, dtype, total, total, elapsed.count()});
+  LedgerEntry timed = entry;
+  timed.seconds = elapsed.count();
+  return std::make_unique<RecordedCollective>(std::move(pending), *ledger_, timed, nullptr);
 }
 
 void Communicator::all_to_all_v(const void* send, std::span<const std::size_t> send_counts,

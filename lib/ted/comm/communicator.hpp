@@ -72,12 +72,10 @@ class Communicator {
   void all_to_all(const void* send, void* recv, std::size_t count_per_peer, DataType dtype);
   // The nonblocking all_to_all (see the top of this file), checked like all_to_all. The ledger
   // gets one all_to_all entry with all_to_all's bytes, written when the pending collective
-  // finishes (at wait() or when it is destroyed). Its time is the exposed time: how long this
-  // rank was blocked in this call plus in wait(), not how long the transfer was in flight. On
-  // NCCL, where wait() only orders the device's stream after the transfer, a recording ledger
-  // makes wait() also block the host until the transfer is done, so the time is the part of the
-  // transfer still running when the host reached wait() (it never waits for work queued after
-  // the start).
+  // finishes (at wait() or when it is destroyed). Its time is the exposed time, not how long the
+  // transfer was in flight: on the host, how long this rank was blocked in this call plus in
+  // wait(); on NCCL, where wait() only orders the device's compute stream after the transfer,
+  // how long that stream had to wait for it (events; nothing blocks the host).
   std::unique_ptr<PendingCollective> all_to_all_start(const void* send, void* recv,
                                                       std::size_t count_per_peer, DataType dtype);
   void all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
@@ -114,11 +112,19 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const = 0;
 
   // Waits until the work queued on this rank's device has finished: the collectives NCCL
-  // queues on a stream and the kernels before them. A recording ledger times a collective
-  // between two of these, so queued compute is not counted as communication.
+  // queues on a stream and the kernels before them. A recording ledger times a host
+  // communicator's collective between two of these, so queued compute is not counted as
+  // communication (a device communicator times its collectives with events instead).
   virtual void synchronize() {}
 
  protected:
+  // A device communicator times its collectives on the device (comm/ledger.hpp): it returns a
+  // timer here, and while a recorded collective is issued, timer() is that timer, whose start
+  // and end the backend marks around the collective on the stream it runs on. Null (the
+  // default): the collective is timed on the host, between two synchronize() calls.
+  virtual std::unique_ptr<PendingTime> make_timer() { return nullptr; }
+  PendingTime* timer() const { return timer_; }
+
   virtual void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
                              ReduceOp op) = 0;
   virtual void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) = 0;
@@ -150,6 +156,7 @@ class Communicator {
   int rank_;
   int size_;
   Ledger* ledger_;
+  PendingTime* timer_ = nullptr;  // the recorded collective being issued, if timed on the device
 };
 
 }  // namespace ted

@@ -88,12 +88,37 @@ void Ledger::record(const LedgerEntry& entry) {
   if (keep_entries_) entries_.push_back(entry);
 }
 
+void Ledger::record(const LedgerEntry& entry, std::unique_ptr<PendingTime> time) {
+  if (!enabled_) return;
+  LedgerEntry without = entry;
+  without.seconds = 0;
+  record(without);
+  pending_.push_back({std::move(time), entry.op, entry.group,
+                      keep_entries_ ? entries_.size() - 1 : static_cast<std::size_t>(-1)});
+}
+
+void Ledger::settle() const {
+  for (Pending& p : pending_) {
+    const double seconds = p.time->seconds();
+    totals_[static_cast<std::size_t>(p.op)][static_cast<std::size_t>(p.group)].seconds += seconds;
+    if (p.entry != static_cast<std::size_t>(-1)) entries_[p.entry].seconds = seconds;
+  }
+  pending_.clear();
+}
+
 void Ledger::clear() {
+  pending_.clear();
   entries_.clear();
   totals_ = {};
 }
 
+std::span<const LedgerEntry> Ledger::entries() const {
+  settle();
+  return entries_;
+}
+
 const LedgerTotal& Ledger::total(CollectiveOp op, GroupKind group) const {
+  settle();
   return totals_[static_cast<std::size_t>(op)][static_cast<std::size_t>(group)];
 }
 

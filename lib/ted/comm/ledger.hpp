@@ -14,16 +14,20 @@
 // The block a rank keeps for itself (all_to_all, all_gather) is counted, so DTD's slicing
 // divides the all-to-all bytes by exactly T.
 //
-// Times are this rank's wall time in the call; for the blocking calls on NCCL that includes
-// waiting for the stream, so it is the collective's time and not that of queueing it. A
+// Times. On host memory (MPI) a call's wall time on this rank, the device's queued work waited
+// for first. On a GPU communicator (NCCL) the collective's own time on the device, between two
+// CUDA events around it on the stream it runs on: nothing waits for the device to take it, so
+// compute and communication keep their overlap while measured, and the entry's seconds are read
+// when the ledger is next read (the events have fired by then, or the read waits for them). A
 // nonblocking all-to-all (Communicator::all_to_all_start) is one all_to_all entry, with the
-// blocking call's bytes, written when it finishes; its time is the exposed time, what this rank
-// spent blocked in the start call plus in wait(), not the time the transfer was in flight
-// (which overlaps the caller's compute).
+// blocking call's bytes, written when it finishes; its time is the exposed time, how long it kept
+// this rank's compute waiting: on the host, the time blocked in the start call plus in wait();
+// on a GPU, from the compute stream reaching wait() to the transfer's end (0 if it was done).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -69,6 +73,13 @@ struct LedgerEntry {
 // all-gather, reduce-scatter and all-to-all(-v), 1 for broadcast (at the root's size).
 double bus_bytes(const LedgerEntry& entry);
 
+// A collective's time that the device measures and the host reads later (its events).
+class PendingTime {
+ public:
+  virtual ~PendingTime() = default;
+  virtual double seconds() = 0;  // waits for the measurement where it is not done yet
+};
+
 struct LedgerTotal {
   std::uint64_t calls = 0;
   std::uint64_t bytes_sent = 0;
@@ -88,18 +99,30 @@ class Ledger {
   void set_keep_entries(bool keep) { keep_entries_ = keep; }
 
   void record(const LedgerEntry& entry);
+  // The entry with its seconds still to come from `time` (read at the next read of the ledger).
+  void record(const LedgerEntry& entry, std::unique_ptr<PendingTime> time);
   void clear();
 
-  std::span<const LedgerEntry> entries() const { return entries_; }
+  // Every read settles the pending times first.
+  std::span<const LedgerEntry> entries() const;
   const LedgerTotal& total(CollectiveOp op, GroupKind group) const;
   LedgerTotal total(CollectiveOp op) const;  // over all groups
   LedgerTotal total() const;                 // over everything
 
  private:
+  struct Pending {
+    std::unique_ptr<PendingTime> time;
+    CollectiveOp op;
+    GroupKind group;
+    std::size_t entry;  // its index in entries_, or npos
+  };
+  void settle() const;  // reads the pending times into the entries and totals
+
   bool enabled_ = true;
   bool keep_entries_ = false;
-  std::vector<LedgerEntry> entries_;
-  std::array<std::array<LedgerTotal, kGroupKindCount>, kCollectiveOpCount> totals_{};
+  mutable std::vector<LedgerEntry> entries_;
+  mutable std::array<std::array<LedgerTotal, kGroupKindCount>, kCollectiveOpCount> totals_{};
+  mutable std::vector<Pending> pending_;
 };
 
 }  // namespace ted

@@ -196,14 +196,45 @@ class Watchdog {
   int rank_ = 0;
 };
 
+// A recorded collective's time on the device (comm/ledger.hpp): timing events at its start and
+// end on the communication stream, and for a started all-to-all a third on the compute stream
+// where it waits for the transfer. seconds() is the collective's own time, or, with the third,
+// how long the compute stream waited (0 when the transfer was done before it got there).
+class DeviceTimer final : public PendingTime {
+ public:
+  ~DeviceTimer() override {
+    for (cudaEvent_t e : {start_, end_, reached_})
+      if (e) cudaEventDestroy(e);
+  }
+  void mark_start(cudaStream_t stream) { mark(start_, stream); }
+  void mark_end(cudaStream_t stream) { mark(end_, stream); }
+  void mark_reached(cudaStream_t stream) { mark(reached_, stream); }
+
+  double seconds() override {
+    if (!end_ || !(start_ || reached_)) return 0.0;
+    const cudaEvent_t from = reached_ ? reached_ : start_;
+    TED_CHECK_CUDA(cudaEventSynchronize(end_));
+    TED_CHECK_CUDA(cudaEventSynchronize(from));
+    float ms = 0;
+    TED_CHECK_CUDA(cudaEventElapsedTime(&ms, from, end_));
+    return ms > 0 ? ms * 1e-3 : 0.0;
+  }
+
+ private:
+  static void mark(cudaEvent_t& event, cudaStream_t stream) {
+    if (!event) TED_CHECK_CUDA(cudaEventCreate(&event));
+    TED_CHECK_CUDA(cudaEventRecord(event, stream));
+  }
+  cudaEvent_t start_ = nullptr, end_ = nullptr, reached_ = nullptr;
+};
+
 // An all-to-all queued on the communication stream, `done` recorded after it. wait() orders the
-// compute stream after `done`; when the start was recorded in a ledger, it also blocks the host
-// until `done` has fired, so the ledger's time is the transfer's exposed part and not just the
-// time to queue a stream dependency (Communicator::all_to_all_start).
+// compute stream after `done` without blocking the host; a recorded one first marks, on the
+// compute stream, where it started waiting (Communicator::all_to_all_start: the exposed time).
 class NcclPendingAllToAll final : public PendingCollective {
  public:
-  NcclPendingAllToAll(cudaStream_t compute, std::unique_ptr<Event> done, bool block_host)
-      : compute_(compute), done_(std::move(done)), block_host_(block_host) {}
+  NcclPendingAllToAll(cudaStream_t compute, std::unique_ptr<Event> done, DeviceTimer* timer)
+      : compute_(compute), done_(std::move(done)), timer_(timer) {}
   ~NcclPendingAllToAll() override {
     try {
       wait();
@@ -214,14 +245,14 @@ class NcclPendingAllToAll final : public PendingCollective {
   void wait() override {
     if (finished_) return;
     finished_ = true;  // a wait that threw is not repeated by the destructor
+    if (timer_) timer_->mark_reached(compute_);
     TED_CHECK_CUDA(cudaStreamWaitEvent(compute_, done_->get(), 0));
-    if (block_host_) TED_CHECK_CUDA(cudaEventSynchronize(done_->get()));
   }
 
  private:
   cudaStream_t compute_;
   std::unique_ptr<Event> done_;
-  bool block_host_;
+  DeviceTimer* timer_;  // owned by the ledger's pending entry, which outlives this wait
   bool finished_ = false;
 };
 
@@ -269,24 +300,43 @@ void NcclCommunicator::synchronize() {
   TED_CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
 }
 
+std::unique_ptr<PendingTime> NcclCommunicator::make_timer() {
+  return std::make_unique<DeviceTimer>();
+}
+
+template <typename Issue>
+void NcclCommunicator::on_comm_stream(const char* op, Issue&& issue) {
+  Event ready, done;
+  TED_CHECK_CUDA(cudaEventRecord(ready.get(), stream_));
+  TED_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready.get(), 0));
+  auto* timer = static_cast<DeviceTimer*>(this->timer());  // made by make_timer above
+  if (timer) timer->mark_start(comm_stream_);
+  issue(comm_stream_);
+  watch(op, comm_stream_);
+  if (timer) timer->mark_end(comm_stream_);
+  TED_CHECK_CUDA(cudaEventRecord(done.get(), comm_stream_));
+  TED_CHECK_CUDA(cudaStreamWaitEvent(stream_, done.get(), 0));
+}
+
 void NcclCommunicator::do_all_reduce(const void* send, void* recv, std::size_t count,
                                      DataType dtype, ReduceOp op) {
-  TED_CHECK_NCCL(
-      ncclAllReduce(send, recv, count, nccl_datatype(dtype), nccl_op(op), comm_, stream_));
-  watch("all_reduce", stream_);
+  on_comm_stream("all_reduce", [&](cudaStream_t s) {
+    TED_CHECK_NCCL(ncclAllReduce(send, recv, count, nccl_datatype(dtype), nccl_op(op), comm_, s));
+  });
 }
 
 void NcclCommunicator::do_all_gather(const void* send, void* recv, std::size_t count,
                                      DataType dtype) {
-  TED_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_datatype(dtype), comm_, stream_));
-  watch("all_gather", stream_);
+  on_comm_stream("all_gather", [&](cudaStream_t s) {
+    TED_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_datatype(dtype), comm_, s));
+  });
 }
 
 void NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count,
                                          DataType dtype) {
-  TED_CHECK_NCCL(
-      ncclReduceScatter(send, recv, count, nccl_datatype(dtype), ncclSum, comm_, stream_));
-  watch("reduce_scatter", stream_);
+  on_comm_stream("reduce_scatter", [&](cudaStream_t s) {
+    TED_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_datatype(dtype), ncclSum, comm_, s));
+  });
 }
 
 // NCCL has no all-to-all primitive: one grouped send/recv per peer, which NCCL runs at once.
@@ -301,12 +351,12 @@ void NcclCommunicator::issue_all_to_all(const void* send, void* recv, std::size_
                             comm_, stream));
   }
   group.end();
-  watch("all_to_all", stream);
 }
 
 void NcclCommunicator::do_all_to_all(const void* send, void* recv, std::size_t count,
                                      DataType dtype) {
-  issue_all_to_all(send, recv, count, dtype, stream_);
+  on_comm_stream("all_to_all",
+                 [&](cudaStream_t s) { issue_all_to_all(send, recv, count, dtype, s); });
 }
 
 // Nothing here waits on the host: the communication stream waits for the compute stream's
@@ -319,38 +369,43 @@ std::unique_ptr<PendingCollective> NcclCommunicator::do_all_to_all_start(const v
   Event ready;
   TED_CHECK_CUDA(cudaEventRecord(ready.get(), stream_));
   TED_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready.get(), 0));
+  auto* timer = static_cast<DeviceTimer*>(this->timer());
+  if (timer) timer->mark_start(comm_stream_);
   issue_all_to_all(send, recv, count, dtype, comm_stream_);
+  watch("all_to_all", comm_stream_);
+  if (timer) timer->mark_end(comm_stream_);
   auto done = std::make_unique<Event>();
   TED_CHECK_CUDA(cudaEventRecord(done->get(), comm_stream_));
-  const bool recorded = ledger() && ledger()->enabled();
-  return std::make_unique<NcclPendingAllToAll>(stream_, std::move(done), recorded);
+  return std::make_unique<NcclPendingAllToAll>(stream_, std::move(done), timer);
 }
 
 void NcclCommunicator::do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts,
                                        void* recv, std::span<const std::size_t> recv_counts,
                                        DataType dtype) {
   ncclDataType_t type = nccl_datatype(dtype);
-  std::size_t send_offset = 0;
-  std::size_t recv_offset = 0;
-  NcclGroup group;
-  for (int peer = 0; peer < size(); ++peer) {
-    auto p = static_cast<std::size_t>(peer);
-    if (send_counts[p])
-      TED_CHECK_NCCL(ncclSend(byte_pointer(send, send_offset, dtype), send_counts[p], type, peer,
-                              comm_, stream_));
-    if (recv_counts[p])
-      TED_CHECK_NCCL(ncclRecv(const_cast<char*>(byte_pointer(recv, recv_offset, dtype)),
-                              recv_counts[p], type, peer, comm_, stream_));
-    send_offset += send_counts[p];
-    recv_offset += recv_counts[p];
-  }
-  group.end();
-  watch("all_to_all_v", stream_);
+  on_comm_stream("all_to_all_v", [&](cudaStream_t s) {
+    std::size_t send_offset = 0;
+    std::size_t recv_offset = 0;
+    NcclGroup group;
+    for (int peer = 0; peer < size(); ++peer) {
+      auto p = static_cast<std::size_t>(peer);
+      if (send_counts[p])
+        TED_CHECK_NCCL(
+            ncclSend(byte_pointer(send, send_offset, dtype), send_counts[p], type, peer, comm_, s));
+      if (recv_counts[p])
+        TED_CHECK_NCCL(ncclRecv(const_cast<char*>(byte_pointer(recv, recv_offset, dtype)),
+                                recv_counts[p], type, peer, comm_, s));
+      send_offset += send_counts[p];
+      recv_offset += recv_counts[p];
+    }
+    group.end();
+  });
 }
 
 void NcclCommunicator::do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) {
-  TED_CHECK_NCCL(ncclBroadcast(buffer, buffer, count, nccl_datatype(dtype), root, comm_, stream_));
-  watch("broadcast", stream_);
+  on_comm_stream("broadcast", [&](cudaStream_t s) {
+    TED_CHECK_NCCL(ncclBroadcast(buffer, buffer, count, nccl_datatype(dtype), root, comm_, s));
+  });
 }
 
 void NcclCommunicator::watch(const char* op, cudaStream_t stream) {

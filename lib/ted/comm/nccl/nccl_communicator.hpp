@@ -2,11 +2,13 @@
 // communicator mirrors an MPI communicator of the same ranks: groups are made by MPI_Comm_split
 // and the NCCL unique id is broadcast over MPI. Compiled only when NCCL is found.
 //
-// The blocking collectives run on the device's (compute) stream. A started all-to-all runs on a
-// second stream each communicator owns, so it moves while the compute stream runs the caller's
-// kernels: the communication stream first waits for what the compute stream had queued before
-// the start (the send buffer's producer), and wait() makes the compute stream wait for the
-// transfer, without blocking the host.
+// Every collective runs on a second stream each communicator owns, which first waits for what the
+// compute stream (the device's) had queued before it (the send buffer's producer). A blocking
+// collective makes the compute stream wait for it at once; a started all-to-all moves while the
+// compute stream runs the caller's kernels, and wait() makes the compute stream wait for the
+// transfer. Neither blocks the host. A recording ledger times each collective with CUDA events on
+// that stream (Ledger: the device's time of the collective; for a started all-to-all, how long
+// the compute stream waited for it), so measuring keeps the overlap.
 //
 // Every collective is watched (nccl_communicator.cpp): one that has not finished within
 // TED_NCCL_TIMEOUT seconds (default 600), or a communicator with an asynchronous error (a dead
@@ -36,6 +38,7 @@ class NcclCommunicator final : public Communicator {
   void synchronize() override;
 
  protected:
+  std::unique_ptr<PendingTime> make_timer() override;
   void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
                      ReduceOp op) override;
   void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;
@@ -50,6 +53,11 @@ class NcclCommunicator final : public Communicator {
   void do_barrier() override;
 
  private:
+  // Queues issue(comm_stream_) between the compute stream and the communication stream (the
+  // latter waits for the former before it, the former for the latter after it), with the
+  // recorded collective's timer marks around it, and watches it.
+  template <typename Issue>
+  void on_comm_stream(const char* op, Issue&& issue);
   // The grouped send/recv of an all-to-all, queued on `stream`.
   void issue_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype,
                         cudaStream_t stream);
@@ -59,8 +67,8 @@ class NcclCommunicator final : public Communicator {
 
   MPI_Comm mpi_comm_;
   Device& device_;
-  cudaStream_t stream_;                 // the device's stream: blocking collectives, compute
-  cudaStream_t comm_stream_ = nullptr;  // started all-to-alls
+  cudaStream_t stream_;                 // the device's stream: compute
+  cudaStream_t comm_stream_ = nullptr;  // this communicator's collectives
   ncclComm_t comm_ = nullptr;
 };
 
