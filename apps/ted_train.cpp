@@ -202,10 +202,10 @@ int main(int argc, char** argv) {
               layout.to_string().c_str(), mpi.world_size(), on_off(parallel.dtd),
               on_off(parallel.cac), on_off(parallel.reduce_scatter), on_off(parallel.zero1),
               static_cast<long long>(parallel.tile_elems), parallel.overlap);
-          std::printf("# backend %s on %s, %s%s, device buffers over %s\n",
+          std::printf("# backend %s on %s, %s%s, device buffers over %s, attention %s\n",
                       config.run.backend.c_str(), base->name().c_str(), config.run.dtype.c_str(),
                       config.run.dtype == "fp32" ? "" : " (fp32 masters, gradients and Adam state)",
-                      world->name().c_str());
+                      world->name().c_str(), trainer.attention().c_str());
           std::printf(
               "# cpu threads per rank: %d (the CPUs of its affinity mask, shared among the "
               "ranks started unbound on this machine; TED_NUM_THREADS sets it)\n",
@@ -246,7 +246,8 @@ int main(int argc, char** argv) {
           columns.push_back("peak_" +
                             std::string(ted::to_string(static_cast<ted::MemoryCategory>(c))) +
                             "_bytes");
-        for (const char* name : {"fingerprint", "git_revision", "command"}) columns.push_back(name);
+        for (const char* name : {"fingerprint", "git_revision", "command", "attention"})
+          columns.push_back(name);
         ted::CsvTable table(columns);
         const std::string command = ted::command_line(argc, argv);
         double first_loss = 0, last_loss = 0;
@@ -296,6 +297,7 @@ int main(int argc, char** argv) {
             table.add(static_cast<unsigned long long>(
                 tracked.usage(static_cast<ted::MemoryCategory>(c)).peak));
           table.add("").add(ted::git_revision()).add(command);  // fingerprint: last row only
+          table.add(trainer.attention());
           if (rank0 && (step % config.log_every == 0 || step + 1 == config.steps)) {
             std::printf(
                 "step %5d/%d %s loss %.4f lm %.4f aux %.4f lr %.2e |g| %.3f dropped %d "
@@ -310,7 +312,7 @@ int main(int argc, char** argv) {
         if (rank0) {
           char text[32];
           std::snprintf(text, sizeof text, "%.9e", fingerprint);
-          table.set_last(columns.size() - 3, text);
+          table.set_last(columns.size() - 4, text);
           table.write_atomic(config.csv);
           std::printf("# peak memory on rank 0:");
           for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {

@@ -50,7 +50,7 @@ EXPERIMENT_COLUMNS = (
     "peak_parameters_bytes,peak_gradients_bytes,peak_optimizer_state_bytes,peak_activations_bytes,"
     "peak_communication_bytes,peak_cac_stash_bytes,peak_optimizer_temporaries_bytes,"
     "peak_total_bytes,budget_bytes,fits,status,final_loss,git_revision,command,threads,"
-    "slurm_job,ranks_per_core,run_id").split(",")
+    "slurm_job,ranks_per_core,run_id,attention").split(",")
 _LEDGER = [f"{op}_{group}_bytes" for op in ("all_reduce", "all_gather", "reduce_scatter",
                                             "all_to_all")
            for group in ("tensor", "expert", "expert_data", "nonexpert_data")]
@@ -61,7 +61,7 @@ TRAIN_COLUMNS = (
 ).split(",") + _LEDGER + [
     f"peak_{c}_bytes" for c in ("parameters", "gradients", "optimizer_state", "activations",
                                 "communication", "cac_stash", "optimizer_temporaries")
-] + ["fingerprint", "git_revision", "command"]
+] + ["fingerprint", "git_revision", "command", "attention"]
 
 
 def fmt(value):
@@ -321,9 +321,11 @@ class Run:
         names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
         grad_dtype = names.get(self.engine.communication_data_type,
                                str(self.engine.communication_data_type))
+        fused = self.point.cfg["model"]["attention"] != "materialized"
         return {"system": f"deepspeed-{deepspeed.__version__}",
                 "device": f"{device} (torch {torch.__version__})",
-                "comm": self.dist.get_backend(), "grad_dtype": grad_dtype}
+                "comm": self.dist.get_backend(), "grad_dtype": grad_dtype,
+                "attention": "torch-sdpa" if fused else "materialized"}
 
 
 def run_experiment_point(point, cfg, args, command, revision):
@@ -389,7 +391,7 @@ def run_training(point, cfg, args, command, revision):
                    "git_revision": revision, "command": command}
             described = run.describe()
             row.update(comm=described["comm"], device=described["device"],
-                       grad_dtype=described["grad_dtype"])
+                       grad_dtype=described["grad_dtype"], attention=described["attention"])
             rows.append(row)
             if run.rank == 0 and (step % cfg["training"]["log_every"] == 0 or step + 1 == steps):
                 print(f"step {step + 1:5d}/{steps} loss {loss:.4f} lm {lm:.4f} aux {aux:.4f} "

@@ -20,7 +20,7 @@ class ConfigError(Exception):
 # have no DeepSpeed counterpart.
 DEFAULTS = {
     "model": {"vocab": 64, "seq_len": 32, "hidden": 64, "heads": 4, "layers": 2, "ffn_mult": 4,
-              "experts": 4, "expert_interval": 2, "checkpoint": False, "attention": "fused",
+              "experts": 4, "expert_interval": 2, "checkpoint": False, "attention": "auto",
               "init_std": 0.02},
     "gating": {"top_k": 1, "capacity_factor": 1.0, "min_capacity": 4,
                "random_token_selection": False, "second_choice_noise": False, "dropless": False,
@@ -164,8 +164,9 @@ def _validate(cfg):
         raise ConfigError(f"key 'model.vocab' must be at least 2, got {m['vocab']}")
     if m["hidden"] % m["heads"]:
         raise ConfigError(f"model.heads ({m['heads']}) must divide model.hidden ({m['hidden']})")
-    if m["attention"] not in ("fused", "materialized"):
-        raise ConfigError(f"model.attention must be fused or materialized, got '{m['attention']}'")
+    if m["attention"] not in ("auto", "fused", "materialized"):
+        raise ConfigError(f"model.attention must be auto, fused or materialized, got "
+                          f"'{m['attention']}'")
     if g["top_k"] not in (1, 2) or g["top_k"] > m["experts"]:
         raise ConfigError(f"gating.top_k must be 1 or 2 and at most model.experts, got "
                           f"{g['top_k']}")

@@ -70,6 +70,7 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
     Ledger ledger;
     for (auto kind : kGroups) groups.group(kind).set_ledger(&ledger);
     train::Trainer trainer(point.train, device, G > 1 ? &groups : nullptr);
+    result.attention = trainer.attention();
     const int steps = iters == 0 ? 1 : warmup + iters;
     std::vector<double> times, comms, op_times[4];
     double flops = 0;

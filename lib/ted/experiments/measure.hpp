@@ -40,9 +40,10 @@ struct Result {
   std::uint64_t all_to_all_calls = 0;
   std::size_t peak[kMemoryCategoryCount] = {};  // max over ranks
   std::size_t peak_total = 0;
-  std::string device;  // what ran it: "cpu", "cuda:0 NVIDIA H100 ..." (rank 0's)
-  int threads = 0;     // rank 0's kernel thread pool (follows its CPU mask); 0: nothing ran
-  std::string comm;    // what carried the device buffers: mpi, mpi-staged, nccl
+  std::string device;     // what ran it: "cpu", "cuda:0 NVIDIA H100 ..." (rank 0's)
+  int threads = 0;        // rank 0's kernel thread pool (follows its CPU mask); 0: nothing ran
+  std::string comm;       // what carried the device buffers: mpi, mpi-staged, nccl
+  std::string attention;  // the attention that ran: cudnn, flash, materialized
   // "measured", "projected", "projected: does not fit: ..." (the projection still gives the
   // time), or "not run: does not fit: ..." (a measured sweep never allocates such a point)
   std::string status = "measured";

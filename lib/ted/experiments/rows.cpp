@@ -71,11 +71,11 @@ CsvTable result_table() {
                                       "all_to_all_calls"};
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
     columns.push_back("peak_" + std::string(to_string(static_cast<MemoryCategory>(c))) + "_bytes");
-  // threads, slurm_job, ranks_per_core and run_id last, so older CSVs gain them as trailing
-  // columns.
+  // threads, slurm_job, ranks_per_core, run_id and attention last, so older CSVs gain them as
+  // trailing columns.
   for (const char* name :
        {"peak_total_bytes", "budget_bytes", "fits", "status", "final_loss", "git_revision",
-        "command", "threads", "slurm_job", "ranks_per_core", "run_id"})
+        "command", "threads", "slurm_job", "ranks_per_core", "run_id", "attention"})
     columns.push_back(name);
   return CsvTable(columns);
 }
@@ -149,7 +149,7 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
     table.add(r.ranks_per_core);
   else
     table.add("");
-  table.add(run_id());
+  table.add(run_id()).add(r.attention);
 }
 
 void append_rows(const CsvTable& table, const std::string& path) {

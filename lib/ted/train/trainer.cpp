@@ -57,6 +57,7 @@ struct Trainer::Core {
   virtual StepRecord step(int step) = 0;
   virtual double fingerprint() = 0;
   virtual const model::ParamLayout& params() const = 0;
+  virtual const std::string& attention() const = 0;
   std::unique_ptr<TokenSource> source;
   std::function<void(int, void*, DataType)> before_update;
   std::function<void(const std::vector<GradientShard>&)> probe;
@@ -151,6 +152,7 @@ class TypedCore final : public Trainer::Core {
   }
 
   const model::ParamLayout& params() const override { return model_.params().layout(); }
+  const std::string& attention() const override { return model_.attention(); }
 
  private:
   TrainConfig config_;
@@ -191,6 +193,9 @@ double Trainer::fingerprint() {
 }
 const model::ParamLayout& Trainer::params() const {
   return core_->params();
+}
+const std::string& Trainer::attention() const {
+  return core_->attention();
 }
 const TokenSource& Trainer::source() const {
   return *core_->source;

@@ -55,6 +55,8 @@ class Trainer {
   double fingerprint();
   const model::ParamLayout& params() const;
   const TokenSource& source() const;
+  // The attention the model runs: cudnn, flash or materialized (GptModel::attention).
+  const std::string& attention() const;
 
   // Test hooks. The probe sees host copies of the reduced gradient shards before each update;
   // before_update(step, grads) runs after backward, with the rank's flat gradient buffer (on
