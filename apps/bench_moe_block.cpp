@@ -76,6 +76,7 @@ void moe_block(benchmark::State& state, BlockShape shape) {
       benchmark::Counter(ran / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tok/s"] =
       benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("attention " + model.attention());
 }
 
 }  // namespace

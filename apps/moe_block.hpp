@@ -13,7 +13,7 @@ namespace ted::bench {
 
 struct BlockShape {
   int hidden, heads, seq, sequences, experts, top_k;
-  const char* attention = "fused";  // model.attention: fused or materialized
+  const char* attention = "auto";  // model.attention: auto, fused or materialized
 };
 
 inline model::ModelConfig one_moe_block(const BlockShape& shape) {

@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """The MoE block of apps/bench_moe_block_cuda.cpp in PyTorch eager, forward + backward.
 
-The comparison the CUDA backend is held to: the same block (pre-LN causal attention written
-as matmul + masked softmax, a top-k gate with positional capacity, dispatch and combine by
-index, experts as batched GEMMs, tanh GeLU), the same sizes and the same FLOP count, timed
-with CUDA events (median of the timed iterations after warm-up). Also times torch.matmul at the
-experts' GEMM shape, as the C++ benchmark does with cuBLAS.
+The comparison the CUDA backend is held to: the same block (pre-LN causal attention, a top-k
+gate with positional capacity, dispatch and combine by index, experts as batched GEMMs, tanh
+GeLU), the same sizes and the same FLOP count, timed with CUDA events (median of the timed
+iterations after warm-up), with the attention both ways PyTorch eager runs it: written as matmul
++ masked softmax ("materialized"), and F.scaled_dot_product_attention ("sdpa": its flash or
+cuDNN kernels). The variants alternate, round by round (--rounds). Also times torch.matmul at
+the experts' GEMM shape on random data, as the C++ benchmark does with cuBLAS.
 
   python3 tests/cuda/torch_moe_block.py                      # h=4096, E=8, top-2, 8192 tokens, bf16
   python3 tests/cuda/torch_moe_block.py --tiny --device cpu  # runs anywhere (a smoke check)
 
-Prints one CSV row (header first): size, dtype, device, ms per iteration, TFLOP/s, GEMM TFLOP/s.
+Prints CSV (header first), one row per attention: size, dtype, device, attention, ms per
+iteration, TFLOP/s, GEMM TFLOP/s, torch version, the SDPA backends PyTorch had enabled.
 
 With --shape (what scripts/bench_vs_pytorch.sh runs) it is instead the whole one-block model of
 apps/bench_moe_block.cpp on the CPU in fp32, attention by PyTorch's fused causal
@@ -184,6 +187,11 @@ def main():
     parser.add_argument("--attention", default="fused", choices=["fused", "materialized"],
                         help="with --shape: F.scaled_dot_product_attention (causal) or matmul + "
                         "masked softmax, as model.attention on the C++ side")
+    parser.add_argument("--variants", default="materialized,sdpa",
+                        help="the block's attention variants to time, alternated: materialized, "
+                        "sdpa")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternated rounds of every variant (medians over all of them)")
     args = parser.parse_args()
     if args.shape:
         return run_shape(args)
@@ -199,29 +207,47 @@ def main():
     x = torch.randn(n, h, device=args.device).to(dtype)
     d_out = (torch.randn(n, h, device=args.device) * 1e-3).to(dtype)
     capacity = None
+    variants = [v for v in args.variants.split(",") if v]
+    for v in variants:
+        if v not in ("materialized", "sdpa"):
+            print(f"unknown variant '{v}' (materialized, sdpa)", file=sys.stderr)
+            return 2
 
-    def step():
+    def step(fused):
         nonlocal capacity
-        y, aux, capacity = block(x, params, heads, sequences, seq, experts, top_k)
+        y, aux, capacity = block(x, params, heads, sequences, seq, experts, top_k, fused=fused)
         torch.autograd.backward([y, aux * 0.01], [d_out, None])
         for p in params.values():
             p.grad = None
 
     measure = timer(args.device)
-    for _ in range(args.warmup):
-        step()
-    times = [measure(step) for _ in range(args.iters)]
-    seconds = statistics.median(times)
-    tflops = block_flops(n, h, seq, experts, capacity) / seconds * 1e-12
+    times = {v: [] for v in variants}
+    for v in variants:  # warm-up: kernels chosen and compiled before any timing
+        for _ in range(args.warmup):
+            step(v == "sdpa")
+    for _ in range(max(1, args.rounds)):
+        for v in variants:
+            times[v] += [measure(lambda: step(v == "sdpa")) for _ in range(args.iters)]
 
     a = torch.randn(n, h, device=args.device).to(dtype)
     b = torch.randn(h, 4 * h, device=args.device).to(dtype)
     torch.matmul(a, b)
     gemm = min(measure(lambda: torch.matmul(a, b)) for _ in range(10))
     gemm_tflops = 2.0 * n * h * 4 * h / gemm * 1e-12
-    print("size,dtype,device,ms_per_iter,tflops,gemm_tflops,torch")
-    print(f"{name},{args.dtype},{args.device},{seconds * 1e3:.3f},{tflops:.3f},{gemm_tflops:.3f},"
-          f"{torch.__version__}")
+    backends = "none"
+    if args.device.startswith("cuda"):
+        cuda = torch.backends.cuda
+        backends = "+".join(name for name, on in (
+            ("flash", cuda.flash_sdp_enabled()), ("cudnn", getattr(cuda, "cudnn_sdp_enabled",
+                                                                     lambda: False)()),
+            ("mem_efficient", cuda.mem_efficient_sdp_enabled()), ("math", cuda.math_sdp_enabled()))
+            if on)
+    print("size,dtype,device,attention,ms_per_iter,tflops,gemm_tflops,torch,sdpa_backends")
+    for v in variants:
+        seconds = statistics.median(times[v])
+        tflops = block_flops(n, h, seq, experts, capacity) / seconds * 1e-12
+        print(f"{name},{args.dtype},{args.device},{v},{seconds * 1e3:.3f},{tflops:.3f},"
+              f"{gemm_tflops:.3f},{torch.__version__},{backends}")
     return 0
 
 
