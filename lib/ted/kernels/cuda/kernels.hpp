@@ -94,8 +94,9 @@ void gemm_batched_f32_out(Context& ctx, bool trans_a, bool trans_b, int m, int n
 // bias is [n] per batch entry, bias_stride apart; residual has D's layout; aux [m, n] with
 // leading dimension ld_aux, aux_stride apart. For 16-bit T this is one cuBLASLt matmul with a
 // fused epilogue where the library has one for the shape (the GPU reads and writes D once);
-// otherwise, and always for fp32 (whose results stay those of the plain GEMM followed by our
-// element-wise kernels, bit for bit), a GEMM into fp32 and one element-wise pass.
+// otherwise a GEMM into fp32 and one element-wise pass: always for fp32 (whose results stay
+// those of the plain GEMM followed by our element-wise kernels, bit for bit) and for the GeLU
+// gradient (cuBLASLt runs that epilogue as a slower kernel of its own after the GEMM).
 // TED_CUBLASLT=0 in the environment turns the cuBLASLt path off (a comparison, a workaround).
 enum class Epilogue { none, bias, gelu_aux_bias, dgelu };
 template <typename T>

@@ -4,6 +4,7 @@
 // the reference the tests hold it to.
 #include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
 #include <cfloat>
 #include <vector>
 
@@ -72,26 +73,39 @@ __global__ void load_kernel(const std::int32_t* expert, int choices, std::int32_
   if (i < choices && expert[i] >= 0) atomicAdd(load + expert[i], 1);
 }
 
-// One warp per expert. Round k walks the tokens in priority order, 32 at a time; a ballot
-// gives each matching choice its place among the matches, so slots are handed out in exactly
-// the order of the CPU's sequential loop, and an expert's fill stops at the capacity.
-__global__ void slot_kernel(const std::int32_t* expert, const std::int32_t* order, int tokens,
-                            int top_k, int capacity, std::int32_t* slot) {
-  const int e = blockIdx.x;
-  const int lane = threadIdx.x;
+// One block per expert. Round k gives every thread a contiguous run of the tokens in priority
+// order; a block-wide scan of how many of each run's tokens chose the expert gives every matching
+// choice its place among the matches, so slots are handed out in exactly the order of the CPU's
+// sequential loop, and an expert's fill stops at the capacity.
+__global__ void slot_kernel(const std::int32_t* __restrict__ expert,
+                            const std::int32_t* __restrict__ order, int tokens, int top_k,
+                            int capacity, std::int32_t* __restrict__ slot) {
+  int* scan = dynamic_shared<int>();  // one count per thread
+  const int e = blockIdx.x, t = threadIdx.x, threads = blockDim.x;
+  const int per = (tokens + threads - 1) / threads;
+  const int first = min(tokens, t * per), last = min(tokens, first + per);
   int fill = 0;
   for (int k = 0; k < top_k; ++k) {
-    for (int base = 0; base < tokens; base += 32) {
-      const int i = base + lane;
-      const int s = i < tokens ? order[i] : -1;
-      const bool match = s >= 0 && expert[s * top_k + k] == e;
-      const unsigned ballot = __ballot_sync(0xffffffffu, match);
-      if (match) {
-        const int place = fill + __popc(ballot & ((1u << lane) - 1u));
-        slot[s * top_k + k] = place < capacity ? place : -1;
-      }
-      fill = min(fill + __popc(ballot), capacity);
+    int count = 0;
+    for (int i = first; i < last; ++i) count += expert[order[i] * top_k + k] == e;
+    scan[t] = count;
+    __syncthreads();
+    for (int offset = 1; offset < threads; offset <<= 1) {  // inclusive scan over the threads
+      const int before = t >= offset ? scan[t - offset] : 0;
+      __syncthreads();
+      scan[t] += before;
+      __syncthreads();
     }
+    int place = fill + scan[t] - count;
+    const int matched = scan[threads - 1];
+    for (int i = first; i < last; ++i) {
+      const int s = order[i];
+      if (expert[s * top_k + k] != e) continue;
+      slot[s * top_k + k] = place < capacity ? place : -1;
+      ++place;
+    }
+    fill = min(fill + matched, capacity);
+    __syncthreads();  // the scan's buffer is the next round's
   }
 }
 
@@ -111,18 +125,30 @@ __global__ void weight_kernel(const std::int32_t* slot, const float* gate_value,
   }
 }
 
-// One block: thread e sums expert e's column of probs in token order, then thread 0 adds the
-// experts' terms in expert order, all in double as the CPU does (a float running sum over the
-// tokens drifts by about 1e-5 relative at S = 1000).
+// One block: for each expert, the threads sum strided shares of its column of probs and a fixed
+// tree adds the shares, then thread 0 adds the experts' terms in expert order, all in double as
+// the CPU does (a float running sum over the tokens drifts by about 1e-5 relative at S = 1000).
+// blockDim.x is a power of two.
 __global__ void aux_kernel(const float* probs, const std::int32_t* first_count, int tokens,
                            int experts, double* term, float* aux) {
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+  __shared__ double shares[kThreads];
+  const int t = threadIdx.x;
+  for (int e = 0; e < experts; ++e) {
     double sum = 0;
-    for (int s = 0; s < tokens; ++s) sum += probs[static_cast<std::size_t>(s) * experts + e];
-    term[e] = tokens ? (sum / tokens) * (static_cast<double>(first_count[e]) / tokens) : 0.0;
+    for (int s = t; s < tokens; s += blockDim.x)
+      sum += probs[static_cast<std::size_t>(s) * experts + e];
+    shares[t] = sum;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+      if (t < half) shares[t] += shares[t + half];
+      __syncthreads();
+    }
+    if (t == 0)
+      term[e] =
+          tokens ? (shares[0] / tokens) * (static_cast<double>(first_count[e]) / tokens) : 0.0;
+    __syncthreads();
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
+  if (t == 0) {
     double total = 0;
     for (int e = 0; e < experts; ++e) total += term[e];
     *aux = static_cast<float>(total * experts);
@@ -424,7 +450,11 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
   } else {
     r.capacity = model::expert_capacity(config, tokens);
   }
-  launch<slot_kernel>(E, 32, 0, s, r.expert.data(), w.order, tokens, K, r.capacity, r.slot.data());
+  // About 8 tokens per thread, whole warps, at most 1024 threads.
+  const unsigned slot_threads =
+      static_cast<unsigned>(std::clamp((tokens + 255) / 256 * 32, 32, 1024));
+  launch<slot_kernel>(E, slot_threads, slot_threads * sizeof(int), s, r.expert.data(), w.order,
+                      tokens, K, r.capacity, r.slot.data());
   launch<weight_kernel>(token_blocks(tokens), kThreads, 0, s, r.slot.data(), r.gate_value.data(),
                         tokens, K, r.weight.data());
   launch<aux_kernel>(1, kThreads, 0, s, r.probs.data(), r.first_count.data(), tokens, E,
