@@ -17,8 +17,7 @@ export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 TED_EMU_DELAY_US=20
 # name | file | the text as it is (\n: a line break) | as the bug has it | the test that must fail
 mutations=(
   "cuBLAS operands swapped (A for B)|lib/ted/kernels/cuda/gemm.cu|&alpha, b, cuda_type<In>(), ldb,\n                                  a, cuda_type<In>(), lda,|&alpha, a, cuda_type<In>(), lda,\n                                  b, cuda_type<In>(), ldb,|backend [linear]"
-  "off-by-one in a kernel's index (dispatch)|lib/ted/kernels/cuda/moe.cu|* capacity + slot[c];\n    buffer[|* capacity + slot[c] + 1;\n    buffer[|backend [permutation]"
-  "off-by-one in a kernel's index (dispatch, 16 bytes at a time)|lib/ted/kernels/cuda/moe.cu|T* to = buffer + (static_cast<std::size_t>(expert[c]) * capacity + slot[c]) * h;|T* to = buffer + (static_cast<std::size_t>(expert[c]) * capacity + slot[c] + 1) * h;|backend [permutation]"
+  "off-by-one in a kernel's index (dispatch)|lib/ted/kernels/cuda/moe.cu|T* to = buffer + (static_cast<std::size_t>(expert[c]) * capacity + slot[c]) * h;|T* to = buffer + (static_cast<std::size_t>(expert[c]) * capacity + slot[c] + 1) * h;|backend [permutation]"
   "__syncthreads removed (block reductions)|lib/ted/kernels/cuda/common.cuh|  if (lane == 0) shared[warp] = v;\n  __syncthreads();\n  float total|  if (lane == 0) shared[warp] = v;\n  float total|backend [layernorm]"
   "__syncthreads removed (fused attention)|lib/ted/kernels/cuda/flash_attention.cuh|    __syncthreads();  // the previous tile's k, v and s are used up|    // (barrier removed)|backend [attention]"
   "synchronisation before a host read removed|lib/ted/backend/cuda/cuda_device.cu|cudaMemcpyDeviceToHost, stream_));\n    TED_CHECK_CUDA(cudaStreamSynchronize(stream_));|cudaMemcpyDeviceToHost, stream_));|comm mpi 2"

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <initializer_list>
+#include <type_traits>
 #include <vector>
 
 #include "ted/core/random.hpp"
@@ -197,26 +199,25 @@ __global__ void route_backward_kernel(const float* probs, const std::int32_t* ex
   for (int e = 0; e < experts; ++e) out[e] = store<T>(p[e] * (d_prob(e) - dot));
 }
 
-// The same three one block per row, a Pack at a time (h a multiple of the pack, rows aligned):
-// a kept choice's row copied to its slot; a token's row gathered from its kept slots; a kept
-// choice's slot gradient and its weight's gradient.
-template <typename T>
-__global__ void dispatch_rows_kernel(const T* x, const std::int32_t* expert,
-                                     const std::int32_t* slot, int top_k, int capacity, int h,
-                                     T* buffer) {
-  constexpr int P = Pack<T>::kSize;
+// The token permutation, one block per row, N elements of T per load and store (a Pack where
+// the rows allow it, else 1): a kept choice's row copied to its slot (dispatch); a token's row
+// gathered from its kept slots, summed with the combine weights (combine) or added to dx
+// (dispatch backward); a kept choice's slot gradient w dy[s] and its weight's gradient
+// dy[s] . out[slot] (combine backward). Each token owns its row: no atomics.
+template <typename T, int N>
+__global__ void dispatch_kernel(const T* x, const std::int32_t* expert, const std::int32_t* slot,
+                                int top_k, int capacity, int h, T* buffer) {
   const int c = blockIdx.x;
   if (slot[c] < 0) return;
   const T* from = x + static_cast<std::size_t>(c / top_k) * h;
   T* to = buffer + (static_cast<std::size_t>(expert[c]) * capacity + slot[c]) * h;
-  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) store_pack(to + j, load_pack(from + j));
+  for (int j = threadIdx.x * N; j < h; j += blockDim.x * N)
+    store_pack(to + j, load_pack<T, N>(from + j));
 }
 
-template <typename T, bool kCombine>
-__global__ void gather_rows_kernel(const T* rows, const std::int32_t* expert,
-                                   const std::int32_t* slot, const float* weight, int top_k,
-                                   int capacity, int h, T* y) {
-  constexpr int P = Pack<T>::kSize;
+template <typename T, int N, bool kCombine>
+__global__ void gather_kernel(const T* rows, const std::int32_t* expert, const std::int32_t* slot,
+                              const float* weight, int top_k, int capacity, int h, T* y) {
   const int s = blockIdx.x;
   // The token's kept choices (top_k is 1 or 2), in choice order: their rows and weights.
   const T* from[2] = {nullptr, nullptr};
@@ -228,95 +229,26 @@ __global__ void gather_rows_kernel(const T* rows, const std::int32_t* expert,
     w[k] = kCombine ? weight[c] : 1.0f;
   }
   T* out = y + static_cast<std::size_t>(s) * h;
-  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {
-    float acc[P];
+  for (int j = threadIdx.x * N; j < h; j += blockDim.x * N) {
+    float acc[N];
     if (kCombine) {
-      for (int q = 0; q < P; ++q) acc[q] = 0.0f;
+      for (int q = 0; q < N; ++q) acc[q] = 0.0f;
     } else {
-      const Pack<T> old = load_pack(out + j);
-      for (int q = 0; q < P; ++q) acc[q] = load(old.v[q]);
+      const Chunk<T, N> old = load_pack<T, N>(out + j);
+      for (int q = 0; q < N; ++q) acc[q] = load(old.v[q]);
     }
     for (int k = 0; k < 2; ++k) {
       if (!from[k]) continue;
-      const Pack<T> r = load_pack(from[k] + j);
-      for (int q = 0; q < P; ++q) acc[q] += w[k] * load(r.v[q]);
+      const Chunk<T, N> r = load_pack<T, N>(from[k] + j);
+      for (int q = 0; q < N; ++q) acc[q] += w[k] * load(r.v[q]);
     }
-    Pack<T> result;
-    for (int q = 0; q < P; ++q) result.v[q] = store<T>(acc[q]);
+    Chunk<T, N> result;
+    for (int q = 0; q < N; ++q) result.v[q] = store<T>(acc[q]);
     store_pack(out + j, result);
   }
 }
 
-template <typename T>
-__global__ void combine_backward_rows_kernel(const T* expert_out, const T* dy,
-                                             const std::int32_t* expert, const std::int32_t* slot,
-                                             const float* weight, int top_k, int capacity, int h,
-                                             T* d_expert_out, float* d_weight) {
-  constexpr int P = Pack<T>::kSize;
-  __shared__ float shared[32];
-  const int c = blockIdx.x;
-  if (slot[c] < 0) {
-    if (threadIdx.x == 0) d_weight[c] = 0;
-    return;
-  }
-  const std::size_t row = static_cast<std::size_t>(expert[c]) * capacity + slot[c];
-  const T* g = dy + static_cast<std::size_t>(c / top_k) * h;
-  const float w = weight[c];
-  float dot = 0;
-  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {
-    const Pack<T> gj = load_pack(g + j), out = load_pack(expert_out + row * h + j);
-    Pack<T> d;
-    for (int q = 0; q < P; ++q) {
-      d.v[q] = store<T>(w * load(gj.v[q]));
-      dot += load(gj.v[q]) * load(out.v[q]);
-    }
-    store_pack(d_expert_out + row * h + j, d);
-  }
-  dot = block_sum(dot, shared);
-  if (threadIdx.x == 0) d_weight[c] = dot;
-}
-
-// Threads for a block that walks a row of h elements a Pack at a time.
-template <typename T>
-unsigned pack_threads(int h) {
-  return threads_for((h + Pack<T>::kSize - 1) / Pack<T>::kSize);
-}
-
-// Grid-stride over [tokens * top_k, h]: the kept choice (s, k) copies x[s] to its slot.
-template <typename T>
-__global__ void dispatch_kernel(const T* x, const std::int32_t* expert, const std::int32_t* slot,
-                                int choices, int top_k, int capacity, int h, T* buffer) {
-  const std::size_t count = static_cast<std::size_t>(choices) * h;
-  TED_GRID_STRIDE(i, count) {
-    const int c = static_cast<int>(i / h), j = static_cast<int>(i % h);
-    if (slot[c] < 0) continue;
-    const std::size_t row = static_cast<std::size_t>(expert[c]) * capacity + slot[c];
-    buffer[row * h + j] = x[static_cast<std::size_t>(c / top_k) * h + j];
-  }
-}
-
-// Per token: dx[s] += its kept slots' gradients (dispatch backward), or
-// y[s] = sum_k w_k out[slot_k] (combine). Each token owns its row: no atomics.
-template <typename T, bool kCombine>
-__global__ void gather_kernel(const T* rows, const std::int32_t* expert, const std::int32_t* slot,
-                              const float* weight, int tokens, int top_k, int capacity, int h,
-                              T* y) {
-  const std::size_t count = static_cast<std::size_t>(tokens) * h;
-  TED_GRID_STRIDE(i, count) {
-    const int s = static_cast<int>(i / h), j = static_cast<int>(i % h);
-    float acc = kCombine ? 0.0f : load(y[i]);
-    for (int k = 0; k < top_k; ++k) {
-      const int c = s * top_k + k;
-      if (slot[c] < 0) continue;
-      const std::size_t row = static_cast<std::size_t>(expert[c]) * capacity + slot[c];
-      acc += (kCombine ? weight[c] : 1.0f) * load(rows[row * h + j]);
-    }
-    y[i] = store<T>(acc);
-  }
-}
-
-// One block per choice (s, k): d_out[slot] = w dy[s], d_weight = dy[s] . out[slot].
-template <typename T>
+template <typename T, int N>
 __global__ void combine_backward_kernel(const T* expert_out, const T* dy,
                                         const std::int32_t* expert, const std::int32_t* slot,
                                         const float* weight, int top_k, int capacity, int h,
@@ -331,13 +263,31 @@ __global__ void combine_backward_kernel(const T* expert_out, const T* dy,
   const T* g = dy + static_cast<std::size_t>(c / top_k) * h;
   const float w = weight[c];
   float dot = 0;
-  for (int j = threadIdx.x; j < h; j += blockDim.x) {
-    const float gj = load(g[j]);
-    d_expert_out[row * h + j] = store<T>(w * gj);
-    dot += gj * load(expert_out[row * h + j]);
+  for (int j = threadIdx.x * N; j < h; j += blockDim.x * N) {
+    const Chunk<T, N> gj = load_pack<T, N>(g + j), out = load_pack<T, N>(expert_out + row * h + j);
+    Chunk<T, N> d;
+    for (int q = 0; q < N; ++q) {
+      d.v[q] = store<T>(w * load(gj.v[q]));
+      dot += load(gj.v[q]) * load(out.v[q]);
+    }
+    store_pack(d_expert_out + row * h + j, d);
   }
   dot = block_sum(dot, shared);
   if (threadIdx.x == 0) d_weight[c] = dot;
+}
+
+// Calls launch_with(width) with the elements a row kernel moves at once: a Pack of T where the
+// rows allow it (h a multiple of it, every row pointer 16-byte aligned), else 1; and the threads
+// for a block that walks a row of h elements that many at a time.
+template <typename T, typename Launch>
+void by_width(int h, std::initializer_list<const void*> pointers, Launch&& launch_with) {
+  if (packable<T>(h, pointers))
+    launch_with(std::integral_constant<int, Pack<T>::kSize>{});
+  else
+    launch_with(std::integral_constant<int, 1>{});
+}
+inline unsigned row_threads(int h, int width) {
+  return threads_for((h + width - 1) / width);
 }
 
 __global__ void count_dropped_kernel(const std::int32_t* slot, int choices, std::int32_t* dropped) {
@@ -493,47 +443,34 @@ void dispatch(Context& ctx, const T* x, const model::Routing<float>& r, T* buffe
   const std::size_t full = static_cast<std::size_t>(r.experts) * capacity * h;
   if (!full) return;
   TED_CHECK_CUDA(cudaMemsetAsync(buffer, 0, full * sizeof(T), stream(ctx)));
-  const std::size_t count = static_cast<std::size_t>(r.tokens) * r.top_k * h;
-  if (!count) return;
-  if (packable<T>(h, {x, buffer})) {
-    launch<dispatch_rows_kernel<T>>(r.tokens * r.top_k, pack_threads<T>(h), 0, stream(ctx), x,
-                                    r.expert.data(), r.slot.data(), r.top_k, capacity, h, buffer);
-    return;
-  }
-  launch<dispatch_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), x, r.expert.data(),
-                             r.slot.data(), r.tokens * r.top_k, r.top_k, capacity, h, buffer);
+  if (!r.tokens || !h) return;
+  by_width<T>(h, {x, buffer}, [&](auto width) {
+    launch<dispatch_kernel<T, decltype(width)::value>>(r.tokens * r.top_k, row_threads(h, width), 0,
+                                                       stream(ctx), x, r.expert.data(),
+                                                       r.slot.data(), r.top_k, capacity, h, buffer);
+  });
 }
 
 template <typename T>
 void dispatch_backward(Context& ctx, const T* d_buffer, const model::Routing<float>& r, T* dx,
                        int h, int capacity) {
-  const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
-  if (!count) return;
-  if (packable<T>(h, {d_buffer, dx})) {
-    launch<gather_rows_kernel<T, false>>(r.tokens, pack_threads<T>(h), 0, stream(ctx), d_buffer,
-                                         r.expert.data(), r.slot.data(), nullptr, r.top_k, capacity,
-                                         h, dx);
-    return;
-  }
-  launch<gather_kernel<T, false>>(blocks_for(count), kThreads, 0, stream(ctx), d_buffer,
-                                  r.expert.data(), r.slot.data(), nullptr, r.tokens, r.top_k,
-                                  capacity, h, dx);
+  if (!r.tokens || !h) return;
+  by_width<T>(h, {d_buffer, dx}, [&](auto width) {
+    launch<gather_kernel<T, decltype(width)::value, false>>(
+        r.tokens, row_threads(h, width), 0, stream(ctx), d_buffer, r.expert.data(), r.slot.data(),
+        nullptr, r.top_k, capacity, h, dx);
+  });
 }
 
 template <typename T>
 void combine(Context& ctx, const T* expert_out, const model::Routing<float>& r, T* y, int h,
              int capacity) {
-  const std::size_t count = static_cast<std::size_t>(r.tokens) * h;
-  if (!count) return;
-  if (packable<T>(h, {expert_out, y})) {
-    launch<gather_rows_kernel<T, true>>(r.tokens, pack_threads<T>(h), 0, stream(ctx), expert_out,
-                                        r.expert.data(), r.slot.data(), r.weight.data(), r.top_k,
-                                        capacity, h, y);
-    return;
-  }
-  launch<gather_kernel<T, true>>(blocks_for(count), kThreads, 0, stream(ctx), expert_out,
-                                 r.expert.data(), r.slot.data(), r.weight.data(), r.tokens, r.top_k,
-                                 capacity, h, y);
+  if (!r.tokens || !h) return;
+  by_width<T>(h, {expert_out, y}, [&](auto width) {
+    launch<gather_kernel<T, decltype(width)::value, true>>(
+        r.tokens, row_threads(h, width), 0, stream(ctx), expert_out, r.expert.data(), r.slot.data(),
+        r.weight.data(), r.top_k, capacity, h, y);
+  });
 }
 
 template <typename T>
@@ -544,15 +481,11 @@ void combine_backward(Context& ctx, const T* expert_out, const T* dy,
   if (full) TED_CHECK_CUDA(cudaMemsetAsync(d_expert_out, 0, full * sizeof(T), stream(ctx)));
   const int choices = r.tokens * r.top_k;
   if (!choices) return;
-  if (packable<T>(h, {expert_out, dy, d_expert_out})) {
-    launch<combine_backward_rows_kernel<T>>(choices, pack_threads<T>(h), 0, stream(ctx), expert_out,
-                                            dy, r.expert.data(), r.slot.data(), r.weight.data(),
-                                            r.top_k, capacity, h, d_expert_out, d_weight);
-    return;
-  }
-  launch<combine_backward_kernel<T>>(choices, threads_for(h), 0, stream(ctx), expert_out, dy,
-                                     r.expert.data(), r.slot.data(), r.weight.data(), r.top_k,
-                                     capacity, h, d_expert_out, d_weight);
+  by_width<T>(h, {expert_out, dy, d_expert_out}, [&](auto width) {
+    launch<combine_backward_kernel<T, decltype(width)::value>>(
+        choices, row_threads(h, width), 0, stream(ctx), expert_out, dy, r.expert.data(),
+        r.slot.data(), r.weight.data(), r.top_k, capacity, h, d_expert_out, d_weight);
+  });
 }
 
 // Per source s, the experts' blocks [experts, rows, .] are one strided batch of GEMMs. The first
