@@ -89,8 +89,8 @@ class Ops {
   // tensor reduction comes between (T = 1); a backend may fuse both into the GEMM.
   virtual void linear_residual_forward(const T* x, const T* w, const T* b, const T* residual, T* y,
                                        int n, int in, int out) = 0;
-  // An FFN's first layer: hidden = x W + b (kept for the backward), act = gelu(hidden), both
-  // rounded once from M.
+  // An FFN's first layer: hidden = x W + b (kept for the backward) and act = gelu(hidden), in M,
+  // rounded into T (act from the unrounded sum where the backend fuses the two).
   virtual void linear_gelu_forward(const T* x, const T* w, const T* b, T* hidden, T* act, int n,
                                    int in, int out) = 0;
   // Back through an FFN's second layer (w [in, out]) and the GeLU before it: d_hidden =
