@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <mutex>
 #include <tuple>
 
 #include <cudnn_frontend.h>
