@@ -138,6 +138,11 @@ inline unsigned threads_for(int width) {
   return static_cast<unsigned>(threads < kThreads ? threads : kThreads);
 }
 
+// Threads for a block that walks a row of `width` elements `per` at a time (per thread and load).
+inline unsigned row_threads(int width, int per) {
+  return threads_for((width + per - 1) / per);
+}
+
 #define TED_GRID_STRIDE(i, count)                                                       \
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; \
        i < (count); i += static_cast<std::size_t>(gridDim.x) * blockDim.x)

@@ -95,55 +95,32 @@ __global__ void add_bias_rows_kernel(T* y, const T* bias, int rows, int width, i
   }
 }
 
-// Grid: x over column tiles, y over chunks of rows. Each thread sums its column over its
-// chunk and adds the partial to db (flushing when the chunk crosses into another block of
+// Grid: x over column tiles, y over chunks of rows. Each thread sums its N adjacent columns
+// (one load of N elements per row: 2 for 16-bit storage where the rows allow it, else 1) over its
+// chunk and adds the partials to db (flushing when the chunk crosses into another block of
 // rows_per_bias rows; block b's bias is b mod biases).
-template <typename T>
+template <typename T, int N>
 __global__ void bias_grad_kernel(const T* dy, float* db, int rows, int width, int per, int biases,
                                  int chunk) {
-  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  const int col = N * (blockIdx.x * blockDim.x + threadIdx.x);
   if (col >= width) return;
   const int first = blockIdx.y * chunk;
   const int last = min(rows, first + chunk);
   if (first >= last) return;
   int block = first / per;
-  float part = 0;
-  for (int r = first; r < last; ++r) {
-    if (r / per != block) {
-      atomicAdd(db + static_cast<std::size_t>(block % biases) * width + col, part);
-      part = 0;
-      block = r / per;
-    }
-    part += load(dy[static_cast<std::size_t>(r) * width + col]);
-  }
-  atomicAdd(db + static_cast<std::size_t>(block % biases) * width + col, part);
-}
-
-// The same two columns at a time (a 4-byte load of 16-bit storage per thread and row).
-template <typename T>
-__global__ void bias_grad_pairs_kernel(const T* dy, float* db, int rows, int width, int per,
-                                       int biases, int chunk) {
-  const int col = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
-  if (col >= width) return;
-  const int first = blockIdx.y * chunk;
-  const int last = min(rows, first + chunk);
-  if (first >= last) return;
-  int block = first / per;
-  float part0 = 0, part1 = 0;
+  float part[N] = {};
   auto flush = [&] {
     float* to = db + static_cast<std::size_t>(block % biases) * width + col;
-    atomicAdd(to, part0);
-    atomicAdd(to + 1, part1);
+    for (int q = 0; q < N; ++q) atomicAdd(to + q, part[q]);
   };
   for (int r = first; r < last; ++r) {
     if (r / per != block) {
       flush();
-      part0 = part1 = 0;
+      for (int q = 0; q < N; ++q) part[q] = 0;
       block = r / per;
     }
-    const Chunk<T, 2> v = load_pack<T, 2>(dy + static_cast<std::size_t>(r) * width + col);
-    part0 += load(v.v[0]);
-    part1 += load(v.v[1]);
+    const Chunk<T, N> v = load_pack<T, N>(dy + static_cast<std::size_t>(r) * width + col);
+    for (int q = 0; q < N; ++q) part[q] += load(v.v[q]);
   }
   flush();
 }
@@ -496,17 +473,15 @@ void bias_grad(Context& ctx, const T* dy, float* db, int rows, int width, int ro
                int biases) {
   if (rows == 0 || width == 0) return;
   const int chunk = row_chunk(rows);
-  const dim3 grid((width + 127) / 128, (rows + chunk - 1) / chunk);
-  if constexpr (!std::is_same_v<T, float>) {
-    if (width % 2 == 0 && reinterpret_cast<std::uintptr_t>(dy) % 4 == 0) {
-      const dim3 pairs((width / 2 + 127) / 128, grid.y);
-      launch<bias_grad_pairs_kernel<T>>(pairs, 128, 0, stream(ctx), dy, db, rows, width,
-                                        rows_per_bias, biases, chunk);
-      return;
-    }
-  }
-  launch<bias_grad_kernel<T>>(grid, 128, 0, stream(ctx), dy, db, rows, width, rows_per_bias, biases,
-                              chunk);
+  const int pair = !std::is_same_v<T, float> && width % 2 == 0 &&
+                   reinterpret_cast<std::uintptr_t>(dy) % (2 * sizeof(T)) == 0;
+  const dim3 grid((width / (1 + pair) + 127) / 128, (rows + chunk - 1) / chunk);
+  if (pair)
+    launch<bias_grad_kernel<T, 2>>(grid, 128, 0, stream(ctx), dy, db, rows, width, rows_per_bias,
+                                   biases, chunk);
+  else
+    launch<bias_grad_kernel<T, 1>>(grid, 128, 0, stream(ctx), dy, db, rows, width, rows_per_bias,
+                                   biases, chunk);
 }
 
 template <typename T>
@@ -586,18 +561,12 @@ void gate_logits(Context& ctx, const T* x, const T* w, float* logits, int n, int
 // default limit of 48 KiB, no opt-in needed).
 constexpr int kRowFloats = 12 * 1024;
 
-// Threads for a block that walks a row of `width` elements a Pack at a time.
-template <typename T>
-unsigned threads_for_packs(int width) {
-  return threads_for((width + Pack<T>::kSize - 1) / Pack<T>::kSize);
-}
-
 template <typename T>
 void layernorm_forward(Context& ctx, const T* x, const T* gamma, const T* beta, T* y, float* mean,
                        float* rstd, int n, int h) {
   if (n == 0) return;
   if (h <= kRowFloats && packable<T>(h, {x, gamma, beta, y})) {
-    launch<layernorm_forward_packs_kernel<T>>(n, threads_for_packs<T>(h), h * sizeof(float),
+    launch<layernorm_forward_packs_kernel<T>>(n, row_threads(h, Pack<T>::kSize), h * sizeof(float),
                                               stream(ctx), x, gamma, beta, y, mean, rstd, h);
     return;
   }
@@ -611,8 +580,9 @@ void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* m
                         int h) {
   if (n == 0) return;
   if (2 * h <= kRowFloats && packable<T>(h, {x, gamma, dy, dx}))
-    launch<layernorm_backward_dx_packs_kernel<T>>(n, threads_for_packs<T>(h), 2 * h * sizeof(float),
-                                                  stream(ctx), x, gamma, mean, rstd, dy, dx, h);
+    launch<layernorm_backward_dx_packs_kernel<T>>(n, row_threads(h, Pack<T>::kSize),
+                                                  2 * h * sizeof(float), stream(ctx), x, gamma,
+                                                  mean, rstd, dy, dx, h);
   else
     launch<layernorm_backward_dx_kernel<T>>(n, threads_for(h), 0, stream(ctx), x, gamma, mean, rstd,
                                             dy, dx, h);
@@ -747,8 +717,8 @@ void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, c
   const std::size_t count = static_cast<std::size_t>(n) * h;
   if (!count) return;
   if (packable<T>(h, {tok, pos, x})) {
-    launch<embedding_forward_rows_kernel<T>>(n, threads_for_packs<T>(h), 0, stream(ctx), tokens,
-                                             tok, pos, x, seq, h);
+    launch<embedding_forward_rows_kernel<T>>(n, row_threads(h, Pack<T>::kSize), 0, stream(ctx),
+                                             tokens, tok, pos, x, seq, h);
     return;
   }
   launch<embedding_forward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), tokens, tok, pos,

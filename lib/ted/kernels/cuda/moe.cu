@@ -277,17 +277,13 @@ __global__ void combine_backward_kernel(const T* expert_out, const T* dy,
 }
 
 // Calls launch_with(width) with the elements a row kernel moves at once: a Pack of T where the
-// rows allow it (h a multiple of it, every row pointer 16-byte aligned), else 1; and the threads
-// for a block that walks a row of h elements that many at a time.
+// rows allow it (h a multiple of it, every row pointer 16-byte aligned), else 1.
 template <typename T, typename Launch>
 void by_width(int h, std::initializer_list<const void*> pointers, Launch&& launch_with) {
   if (packable<T>(h, pointers))
     launch_with(std::integral_constant<int, Pack<T>::kSize>{});
   else
     launch_with(std::integral_constant<int, 1>{});
-}
-inline unsigned row_threads(int h, int width) {
-  return threads_for((h + width - 1) / width);
 }
 
 __global__ void count_dropped_kernel(const std::int32_t* slot, int choices, std::int32_t* dropped) {
