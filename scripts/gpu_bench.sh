@@ -14,8 +14,8 @@
 #   scripts/gpu_bench.sh [report folder]      # default results/gpu; raw outputs in $OUT or a
 #                                             # temporary folder
 # Environment: TED_GPU_BUILD_DIR (default build-gpu, a build with CUDA for this GPU), ROUNDS (2).
-# Exit: 0 when it measured (the report says whether the bars were met), 2 without a GPU or a
-# build, 1 when a step failed (the report then lists what is missing).
+# Exit: 0 when every bar was met, 1 when a bar was not met or a step failed (the report says which,
+# and lists what is missing), 2 without a GPU or a build.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"

@@ -2,7 +2,8 @@
 """The report of scripts/gpu_bench.sh: reads its raw outputs and writes, into the report folder,
 <device>-<revision>.md (the block side by side, the training step, the top 15 kernels, the
 issue's bars) and <device>-<revision>.csv (one row per measurement, each with the revision, the
-device and the attention that ran). Standard library only, so it runs on any GPU machine.
+device and the attention that ran). Ends with a verdict line; exits 1 when a bar is not met or a
+measurement is missing. Standard library only, so it runs on any GPU machine.
 
   python3 scripts/gpu_report.py <raw folder> <report folder>
 """
@@ -232,7 +233,11 @@ def main():
     Path(f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"report: {stem}.md, {stem}.csv")
-    return 1 if problems else 0
+    met = all(ok for _, ok, _ in bars)
+    print(f"verdict: {'PASS' if met and not problems else 'FAIL'}: "
+          f"{sum(ok for _, ok, _ in bars)} of {len(bars)} bars met"
+          f"{', something missing' if problems else ''}")
+    return 0 if met and not problems else 1
 
 
 if __name__ == "__main__":
