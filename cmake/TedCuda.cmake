@@ -1,7 +1,7 @@
 # Optional CUDA backend. Compiled wherever nvcc exists, whether or not a GPU is present,
 # so CI checks that the CUDA code builds. Sets:
 #   TED_HAVE_CUDA  - nvcc found, CUDA language enabled, cudart and cuBLAS found
-#   TED_HAVE_NCCL  - nccl.h and libnccl found (needs TED_HAVE_CUDA)
+#   TED_HAVE_NCCL  - nccl.h and libnccl found (needs TED_HAVE_CUDA; where: cmake/TedNccl.cmake)
 #   TED_HAVE_CUDNN - cudnn.h and cuDNN's header-only C++ graph API, cudnn-frontend, found (needs
 #                    TED_HAVE_CUDA): the GPU's attention is cuDNN's. The frontend comes from
 #                    PyPI's nvidia-cudnn-frontend wheel (scripts/common.sh unpacks it into
@@ -52,16 +52,8 @@ if(NOT TARGET CUDA::cublas)
 endif()
 set(TED_HAVE_CUDA ON)
 
-find_path(TED_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME
-  PATH_SUFFIXES include)
-find_library(TED_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} "${CUDAToolkit_LIBRARY_ROOT}/lib"
-  ENV NCCL_HOME PATH_SUFFIXES lib lib64)
-if(TED_NCCL_INCLUDE_DIR AND TED_NCCL_LIBRARY)
-  add_library(ted_nccl INTERFACE)
-  target_include_directories(ted_nccl SYSTEM INTERFACE "${TED_NCCL_INCLUDE_DIR}")
-  target_link_libraries(ted_nccl INTERFACE "${TED_NCCL_LIBRARY}")
-  set(TED_HAVE_NCCL ON)
-endif()
+include(TedNccl)
+ted_find_nccl()
 
 find_path(TED_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_HOME
   PATH_SUFFIXES include)
