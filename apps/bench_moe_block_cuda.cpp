@@ -8,7 +8,7 @@
 // and how many of its GEMMs had their epilogue fused by cuBLASLt.
 // Before timing, each block checks itself: its loss against the fp32 model on the same weights
 // and data on the same GPU (the fp32 path is held to the CPU reference by the backend tests);
-// `passed` is 1 or the benchmark reports an error.
+// `passed` is 1, or the benchmark reports an error and the program exits 1 after the run.
 //
 //   build/apps/bench_moe_block_cuda                               # paper size and a tiny one
 //   build/apps/bench_moe_block_cuda --benchmark_filter=tiny       # what CTest runs
@@ -40,6 +40,7 @@ namespace {
 namespace kc = ted::kernels::cuda;
 
 std::unique_ptr<ted::Device> g_device;
+int g_failed_checks = 0;  // blocks whose self-check failed: the exit code says so
 
 struct Size {
   const char* name;
@@ -133,6 +134,7 @@ void BM_moe_block(benchmark::State& state, Size size) {
   bool ok = false;
   auto model = checked_model<T>(size, data, why, ok);
   if (!ok) {
+    ++g_failed_checks;
     state.SkipWithError(("self-check failed: " + why).c_str());
     return;
   }
@@ -232,5 +234,10 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   g_device.reset();
+  if (g_failed_checks > 0) {
+    std::fprintf(stderr, "error: %d block(s) failed their self-check against the fp32 model\n",
+                 g_failed_checks);
+    return 1;
+  }
   return 0;
 }
