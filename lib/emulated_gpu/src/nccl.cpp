@@ -77,6 +77,36 @@ std::atomic<int> g_fail_countdown{0};
 std::atomic<std::uint64_t> g_id_serial{0};
 thread_local std::string tls_last_error;
 
+// NCCL's kernels wait on the GPU for their peers, so operations of two communicators in flight
+// at once on one GPU can deadlock unless every rank runs them in the same order, which two
+// streams do not promise (NCCL's documentation, "Using multiple NCCL communicators
+// concurrently"). The emulated NCCL fails such a pair: which communicator has an operation
+// running on each GPU of this process, and how many.
+struct Running {
+  ncclComm_t comm = nullptr;
+  int count = 0;
+};
+std::mutex g_running_mutex;
+std::vector<Running> g_running;  // by device
+
+// Marks comm's operation as running on its GPU; false if another communicator's is running.
+bool begin_running(ncclComm_t comm) {
+  std::lock_guard lock(g_running_mutex);
+  if (g_running.size() <= static_cast<std::size_t>(comm->device))
+    g_running.resize(comm->device + 1);
+  Running& running = g_running[static_cast<std::size_t>(comm->device)];
+  if (running.count > 0 && running.comm != comm) return false;
+  running.comm = comm;
+  ++running.count;
+  return true;
+}
+
+void end_running(ncclComm_t comm) {
+  std::lock_guard lock(g_running_mutex);
+  Running& running = g_running[static_cast<std::size_t>(comm->device)];
+  if (running.comm == comm && --running.count == 0) running.comm = nullptr;
+}
+
 ncclResult_t fail(ncclResult_t rc, const std::string& why) {
   tls_last_error = why;
   explain("NCCL: " + why);
@@ -232,6 +262,14 @@ void execute(ncclComm_t comm, std::uint64_t serial, const std::vector<Transfer>&
     std::unique_lock lock(comm->mutex);
     comm->changed.wait(lock, [&] { return comm->started == serial || comm->aborted.load(); });
   }
+  const bool alone = begin_running(comm);
+  if (!alone) {
+    comm->async_error = ncclInvalidUsage;
+    explain("NCCL: an operation started on GPU " + std::to_string(comm->device) +
+            " while another communicator's was in flight there: concurrent communicators can "
+            "deadlock unless every rank orders them the same way (order them: one stream, or "
+            "events between their streams)");
+  }
   std::vector<MPI_Request> requests;
   std::vector<std::vector<char>> scratch;
   int rc = comm->aborted ? MPI_SUCCESS : start(comm, transfers, &requests, &scratch);
@@ -258,6 +296,7 @@ void execute(ncclComm_t comm, std::uint64_t serial, const std::vector<Transfer>&
     comm->async_error = ncclSystemError;
     explain("NCCL: an MPI transfer failed (MPI error " + std::to_string(rc) + ")");
   }
+  if (alone) end_running(comm);
   {
     std::lock_guard lock(comm->mutex);
     --comm->in_flight;

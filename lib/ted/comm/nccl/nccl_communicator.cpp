@@ -228,6 +228,51 @@ class DeviceTimer final : public PendingTime {
   cudaEvent_t start_ = nullptr, end_ = nullptr, reached_ = nullptr;
 };
 
+// Every NCCL operation of this process runs after the one issued before it, whatever its
+// communicator. NCCL's kernels wait on the GPU for their peers, so two communicators' operations
+// in flight at once can deadlock unless every rank runs them in the same order, and two streams
+// promise no order (NCCL's documentation, "Using multiple NCCL communicators concurrently").
+// Chained by one event per GPU, they run in the order the host issued them, which is the
+// schedule's program order and so the same on every rank. With parallel.overlap > 1 the
+// expert all-to-all of the next chunk still overlaps the experts' compute; it no longer runs
+// at the same time as the tensor group's reduction. The emulated NCCL fails a pair that
+// overlaps (tests: "overlap in 2 and 3 chunks" over NCCL on 4 ranks).
+class LaunchOrder {
+ public:
+  static LaunchOrder& instance() {
+    static LaunchOrder* order = new LaunchOrder;  // lives as long as the process, like NCCL's
+    return *order;
+  }
+  // Before an operation is queued on `stream`: wait for the last one queued on this GPU.
+  void before(cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    if (cudaEvent_t last = recorded(current()))
+      TED_CHECK_CUDA(cudaStreamWaitEvent(stream, last, 0));
+  }
+  // After it: it is now the last one.
+  void after(cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    const int device = current();
+    if (last_.size() <= static_cast<std::size_t>(device)) last_.resize(device + 1, nullptr);
+    cudaEvent_t& last = last_[static_cast<std::size_t>(device)];
+    if (!last) TED_CHECK_CUDA(cudaEventCreateWithFlags(&last, cudaEventDisableTiming));
+    TED_CHECK_CUDA(cudaEventRecord(last, stream));
+  }
+
+ private:
+  static int current() {
+    int device = 0;
+    TED_CHECK_CUDA(cudaGetDevice(&device));
+    return device;
+  }
+  cudaEvent_t recorded(int device) const {
+    return static_cast<std::size_t>(device) < last_.size() ? last_[static_cast<std::size_t>(device)]
+                                                           : nullptr;
+  }
+  std::mutex mutex_;
+  std::vector<cudaEvent_t> last_;  // by device: recorded after the last operation queued
+};
+
 // An all-to-all queued on the communication stream, `done` recorded after it. wait() orders the
 // compute stream after `done` without blocking the host; a recorded one first marks, on the
 // compute stream, where it started waiting (Communicator::all_to_all_start: the exposed time).
@@ -309,11 +354,13 @@ void NcclCommunicator::on_comm_stream(const char* op, Issue&& issue) {
   Event ready, done;
   TED_CHECK_CUDA(cudaEventRecord(ready.get(), stream_));
   TED_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready.get(), 0));
+  LaunchOrder::instance().before(comm_stream_);
   auto* timer = static_cast<DeviceTimer*>(this->timer());  // made by make_timer above
   if (timer) timer->mark_start(comm_stream_);
   issue(comm_stream_);
   watch(op, comm_stream_);
   if (timer) timer->mark_end(comm_stream_);
+  LaunchOrder::instance().after(comm_stream_);
   TED_CHECK_CUDA(cudaEventRecord(done.get(), comm_stream_));
   TED_CHECK_CUDA(cudaStreamWaitEvent(stream_, done.get(), 0));
 }
@@ -369,11 +416,13 @@ std::unique_ptr<PendingCollective> NcclCommunicator::do_all_to_all_start(const v
   Event ready;
   TED_CHECK_CUDA(cudaEventRecord(ready.get(), stream_));
   TED_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready.get(), 0));
+  LaunchOrder::instance().before(comm_stream_);
   auto* timer = static_cast<DeviceTimer*>(this->timer());
   if (timer) timer->mark_start(comm_stream_);
   issue_all_to_all(send, recv, count, dtype, comm_stream_);
   watch("all_to_all", comm_stream_);
   if (timer) timer->mark_end(comm_stream_);
+  LaunchOrder::instance().after(comm_stream_);
   auto done = std::make_unique<Event>();
   TED_CHECK_CUDA(cudaEventRecord(done->get(), comm_stream_));
   return std::make_unique<NcclPendingAllToAll>(stream_, std::move(done), timer);
