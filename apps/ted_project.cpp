@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
       throw ted::ConfigError(config_path +
                              ": no cluster: give --cluster or name one in key 'run.cluster'");
     const pj::Cluster cluster = pj::Cluster::load(cluster_path);
-    const std::string where = config_path + (overrides.empty() ? "" : " with --set");
+    const std::string where = ted::config_origin(config_path, overrides);
     const std::string command = ted::command_line(argc, argv);
     if (mpi.world_rank() != 0) return 0;  // nothing to share: one process does it all
     std::vector<std::map<std::string, std::string>> measured_table;  // the rows validate takes

@@ -31,6 +31,7 @@
 #include "ted/grid/ted_groups.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"
+#include "ted/projection/traffic.hpp"
 #include "ted/train/trainer.hpp"
 
 namespace {
@@ -125,8 +126,7 @@ int main(int argc, char** argv) {
         ted::ConfigSchema schema = config.schema();
         schema.load_yaml(config_path);
         for (const auto& assignment : overrides) schema.set(assignment);
-        const std::string where =
-            config_path + (overrides.empty() ? "" : " with the command-line overrides");
+        const std::string where = ted::config_origin(config_path, overrides);
         try {
           config.validate();
         } catch (const ted::ConfigError& e) {
@@ -187,11 +187,16 @@ int main(int argc, char** argv) {
         if (rank0) {
           std::printf("# ted_train %s: %s\n", std::string(ted::git_revision()).c_str(),
                       config_path.c_str());
+          // The whole model's parameters (one rank's parts when nothing is split), and what
+          // rank 0 holds of them under this layout.
+          const auto whole = ted::projection::parameter_parts(m, ted::Layout{1, 1, 1}, true);
           std::printf(
               "# model: vocab %d, seq %d, hidden %d, heads %d, layers %d, %d experts every %d "
-              "blocks, top-%d, cf %.2f; %zu parameters\n",
+              "blocks, top-%d, cf %.2f; %llu parameters (%zu on rank 0)\n",
               m.vocab, m.seq_len, m.hidden, m.heads, m.layers, m.gate.experts, m.expert_interval,
-              m.gate.top_k, m.gate.capacity_factor, trainer.params().total());
+              m.gate.top_k, m.gate.capacity_factor,
+              static_cast<unsigned long long>(whole.dense + whole.expert),
+              trainer.params().total());
           std::printf("# data: %s; global batch %d x %d x %d sequences; checkpointing %s\n",
                       trainer.source().describe().c_str(), config.data.micro_batch,
                       config.data.micro_batches, layout.expert * layout.data,
@@ -258,13 +263,13 @@ int main(int argc, char** argv) {
             if (rank0 && table.rows() > 0)
               table.write_atomic(config.csv);  // keep what was measured
             throw ted::Error("loss is " + std::to_string(r.loss) + " at step " +
-                             std::to_string(step) +
+                             std::to_string(step + 1) +
                              (table.rows() ? "; the steps before it are in " + config.csv : ""));
           }
           if (step == 0) first_loss = r.loss;
           last_loss = r.loss;
           table.row()
-              .add(r.step)
+              .add(r.step + 1)  // optimizer steps count from 1, as the terminal's lines do
               .add(r.loss)
               .add(r.lm_loss)
               .add(r.aux_loss)

@@ -22,15 +22,20 @@ def draw(inputs):
         rows = read_rows(path)
         if not rows:
             continue
-        name = Path(path).stem
-        steps = [int(r["step"]) + 1 for r in rows]
+        first = rows[0]
+        setup = (f"{first.get('backend', '?')} {first.get('dtype', '?')}, {first.get('G', '?')} "
+                 f"rank(s), T={first.get('T', '?')} Ep={first.get('Ep', '?')} D={first.get('D', '?')}")
+        if (first.get("G"), first.get("backend"), first.get("dtype")) == ("1", "cpu", "fp32"):
+            setup += ": the reference"
+        name = f"{Path(path).stem} ({setup})"
+        steps = [int(r["step"]) for r in rows]  # from 1
         loss_axis.plot(steps, [float(r["loss"]) for r in rows], label=f"{name}: total loss")
         loss_axis.plot(steps, [float(r["lm_loss"]) for r in rows], "--", alpha=0.7,
                        label=f"{name}: LM loss")
         speed_axis.plot(steps, [float(r["tokens_per_s"]) / 1e3 for r in rows], label=name)
         revisions.add(rows[0]["git_revision"])
     loss_axis.set_ylabel("loss (nats per token)")
-    loss_axis.set_title("Reference training (CPU, fp32)\n"
+    loss_axis.set_title("ted_train: loss and speed per optimizer step\n"
                         f"revision {', '.join(sorted(revisions))}", fontsize=10)
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(fontsize=8)

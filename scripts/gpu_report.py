@@ -141,7 +141,7 @@ def main():
     attention = re.search(r"attention (\w+)", block_label or "")
     attention = attention.group(1) if attention else "?"
 
-    steps = [r for r in train if number(r.get("step", "")) is not None and int(r["step"]) >= 2]
+    steps = [r for r in train[2:] if number(r.get("step", "")) is not None]  # the first 2: warm-up
     train_tps = median(number(r["tokens_per_s"]) for r in steps) if steps else None
     train_tf = median(number(r["gflops_per_s"]) for r in steps) / 1e3 if steps else None
     train_attention = train[0].get("attention", "?") if train else "?"

@@ -377,10 +377,10 @@ def run_training(point, cfg, args, command, revision):
             seconds, lm, aux, lr, norm, _ = run.step(step)
             loss = lm + point.cfg["gating"]["aux_coeff"] * aux
             if not math.isfinite(loss):
-                raise FloatingPointError(f"loss is {loss} at step {step}")
+                raise FloatingPointError(f"loss is {loss} at step {step + 1}")
             first = loss if first is None else first
             tokens = point.tokens_per_step()
-            row = {"step": step, "loss": loss, "lm_loss": lm, "aux_loss": aux, "lr": lr,
+            row = {"step": step + 1, "loss": loss, "lm_loss": lm, "aux_loss": aux, "lr": lr,
                    "grad_norm": norm, "seconds": seconds, "tokens_per_s": tokens / seconds,
                    "gflops_per_s": run.flops_per_step / point.G / seconds / 1e9, "G": point.G,
                    "T": 1, "Ep": point.Ep, "D": point.D, "dtd": 0, "cac": 0, "reduce_scatter": 0,

@@ -29,7 +29,7 @@ def check(condition, what):
 def near_uniform(loss, vocab, who):
     value = float(loss)
     check(math.isfinite(value) and abs(value / math.log(vocab) - 1) <= 0.05,
-          f"{who}: step-0 loss {value:.4f} within 5% of ln({vocab}) = {math.log(vocab):.4f}")
+          f"{who}: first step's loss {value:.4f} within 5% of ln({vocab}) = {math.log(vocab):.4f}")
 
 
 # The experiments' schema.

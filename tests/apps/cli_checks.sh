@@ -27,6 +27,11 @@ bad_input() {
   echo "ok: $description -> $(cat "$scratch/err")"
 }
 
+# The last bad_input's line contains <text> (fixed string).
+says() {
+  grep -qF -- "$2" "$scratch/err" || fail "$1: expected '$2' in: $(cat "$scratch/err")"
+}
+
 finish() {
   echo "$failures failed"
   [ "$failures" = 0 ]

@@ -26,6 +26,10 @@ sed 's/^  tp: 2/  tp: 3/; s/^  dp: 1/  dp: 0/' "$ablation" >"$scratch/bad_layout
 bad_input "unknown key" ted_ablation ranks 2 ted_ablation -c "$scratch/unknown_key.yaml"
 bad_input "wrong type" ted_ablation ranks 2 ted_ablation -c "$scratch/wrong_type.yaml"
 bad_input "layout not dividing the ranks" ted_ablation ranks 4 ted_ablation -c "$scratch/bad_layout.yaml"
+says "the file's mistake is the file's, though --csv was given" "error: $scratch/bad_layout.yaml: "
+bad_input "a list value below 1" ted_ablation ranks 2 ted_ablation -c "$ablation" --set sweep.ranks=1,0,4
+says "it names the key and the command line's value" \
+  "the command line's sweep.ranks=1,0,4: key 'sweep.ranks' lists positive numbers, got 0"
 bad_input "another experiment's YAML" ted_memory ranks 2 ted_memory -c "$ablation"
 bad_input "sweep lists of different lengths" ted_weak_scaling ranks 2 ted_weak_scaling \
   -c "$root/experiments/weak_scaling/cpu.yaml" --set sweep.tp=1,2

@@ -1,5 +1,7 @@
 #include "ted/core/config_schema.hpp"
 
+#include <algorithm>
+
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -272,6 +274,29 @@ std::vector<std::string> ConfigSchema::dump() const {
   std::vector<std::string> lines;
   for (const auto& [key, entry] : entries_) lines.push_back(key + "=" + entry.print());
   return lines;
+}
+
+std::string config_origin(const std::string& path, const std::vector<std::string>& overrides,
+                          const std::string& key) {
+  auto key_of = [](const std::string& assignment) {
+    return assignment.substr(0, assignment.find('='));
+  };
+  if (!key.empty()) {
+    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it)  // the last one counts
+      if (key_of(*it) == key) return "the command line's " + *it;
+    return path;
+  }
+  std::vector<std::string> keys;  // what the command line changed, the output CSV aside
+  for (const auto& assignment : overrides) {
+    const std::string name = key_of(assignment);
+    const bool output = name.size() > 4 && name.compare(name.size() - 4, 4, ".csv") == 0;
+    if (!output && std::find(keys.begin(), keys.end(), name) == keys.end()) keys.push_back(name);
+  }
+  if (keys.empty()) return path;
+  std::string list;
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + keys[i];
+  return path + " with " + list + " from the command line";
 }
 
 }  // namespace ted

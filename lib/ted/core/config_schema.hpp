@@ -14,6 +14,14 @@
 
 namespace ted {
 
+// Where a config's values come from, for the first words of an error message: with `key`, the
+// command line's assignment of it ("the command line's sweep.ranks=1,0,4") when an override set
+// it, else the file; without one, the file and the keys the command line set ("cpu.yaml with
+// run.dtype from the command line"), leaving out where the CSV goes (*.csv), which changes no
+// rule's verdict. `overrides` are "key=value", program options included.
+std::string config_origin(const std::string& path, const std::vector<std::string>& overrides,
+                          const std::string& key = "");
+
 class ConfigSchema {
  public:
   void add(const std::string& key, int* target);

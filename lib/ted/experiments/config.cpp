@@ -100,8 +100,11 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   ConfigSchema schema = c.schema();
   schema.load_yaml(path);
   for (const auto& assignment : overrides) schema.set(assignment);
-  const std::string where = path + (overrides.empty() ? "" : " with --set");
-  auto fail = [&](const std::string& what) { throw ConfigError(where + ": " + what); };
+  const std::string where = config_origin(path, overrides);
+  // A rule about one key names where that key's value came from: the file or the command line.
+  auto fail = [&](const std::string& what, const std::string& key = "") {
+    throw ConfigError((key.empty() ? where : config_origin(path, overrides, key)) + ": " + what);
+  };
   if (!experiment.empty() && c.experiment != experiment)
     fail("key 'experiment' must be '" + experiment + "' for this program, got '" + c.experiment +
          "'");
@@ -110,7 +113,7 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
     try {
       in_range(value, minimum, maximum, key);
     } catch (const ConfigError& e) {
-      fail(std::string("key ") + e.what());
+      fail(std::string("key ") + e.what(), key);
     }
   };
   count(c.warmup, 0, 1000000, "run.warmup");
@@ -122,16 +125,22 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   count(c.global_batch, 0, 1 << 30, "data.global_batch (0: data.micro_batches per rank)");
   count(c.largest_max_tp, 1, 1 << 24, "largest.max_tp");
   count(c.largest_max_experts, 1, 1 << 24, "largest.max_experts");
-  for (const auto* list : {&c.sweep_ranks, &c.sweep_tp, &c.sweep_ep, &c.sweep_hidden,
-                           &c.sweep_heads, &c.sweep_layers, &c.sweep_experts, &c.sweep_global_batch,
-                           &c.family_hidden, &c.family_heads, &c.family_layers, &c.largest_gpus})
+  const std::pair<const char*, const std::vector<int>*> lists[] = {
+      {"sweep.ranks", &c.sweep_ranks},     {"sweep.tp", &c.sweep_tp},
+      {"sweep.ep", &c.sweep_ep},           {"sweep.hidden", &c.sweep_hidden},
+      {"sweep.heads", &c.sweep_heads},     {"sweep.layers", &c.sweep_layers},
+      {"sweep.experts", &c.sweep_experts}, {"sweep.global_batch", &c.sweep_global_batch},
+      {"family.hidden", &c.family_hidden}, {"family.heads", &c.family_heads},
+      {"family.layers", &c.family_layers}, {"largest.gpus", &c.largest_gpus}};
+  for (const auto& [key, list] : lists)
     for (int value : *list)
       if (value < 1)
-        fail("keys 'sweep.*', 'family.*' and 'largest.gpus' list positive numbers, got " +
-             std::to_string(value));
+        fail("key '" + std::string(key) + "' lists positive numbers, got " + std::to_string(value),
+             key);
   for (int value : c.sweep_tile)
     if (value < 0)
-      fail("key 'sweep.tile' lists tile sizes (0: untiled), got " + std::to_string(value));
+      fail("key 'sweep.tile' lists tile sizes (0: untiled), got " + std::to_string(value),
+           "sweep.tile");
   if (c.systems.empty()) fail("key 'systems' must list at least one system");
   for (const auto& name : c.systems) parse_system(name, where + ", key 'systems'");
   try {

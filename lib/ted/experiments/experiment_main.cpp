@@ -153,13 +153,14 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         if (config.csv.empty())
           config.csv = "results/local/" + experiment + "/" +
                        std::filesystem::path(config_path).stem().string() + ".csv";
-        const std::string where = config_path + (overrides.empty() ? "" : " with --set");
+        const std::string where = config_origin(config_path, overrides);
         const bool rank0 = mpi.world_rank() == 0;
         auto check_output = [&] {  // after the inputs: their errors come first
           try {
             check_csv_appendable(result_table(), config.csv);
           } catch (const ConfigError& e) {
-            throw ConfigError(where + ": key 'run.csv': " + e.what());
+            throw ConfigError(config_origin(config_path, overrides, "run.csv") +
+                              ": key 'run.csv': " + e.what());
           }
         };
         if (check.enabled) {
