@@ -46,8 +46,14 @@ Point make_point(const ExperimentConfig& config, const System& system, Layout la
     p.train.data.micro_batches = global_batch / per_step;
   }
   const auto& m = p.train.model;
-  p.model_name = "h" + std::to_string(m.hidden) + "-L" + std::to_string(m.layers) + "-E" +
-                 std::to_string(m.gate.experts);
+  // Appended, not "h" + std::to_string(...): GCC 12 warns (-Wrestrict) on a literal plus a
+  // temporary string, a known false alarm of its optimiser.
+  p.model_name = "h";
+  p.model_name += std::to_string(m.hidden);
+  p.model_name += "-L";
+  p.model_name += std::to_string(m.layers);
+  p.model_name += "-E";
+  p.model_name += std::to_string(m.gate.experts);
   return p;
 }
 

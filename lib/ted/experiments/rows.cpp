@@ -168,7 +168,8 @@ void print_progress(int index, int count, const Point& point, const Result& r) {
   if (r.time_ms.median > 0)
     std::printf("%9.2f ms/iter (p10 %.2f p90 %.2f) comm %.2f ms, %.3g tok/s, ", r.time_ms.median,
                 r.time_ms.p10, r.time_ms.p90, r.comm_ms, r.tokens_per_s);
-  std::printf("a2a %s x %llu, peak %s", format_bytes(r.bytes_sent[3]).c_str(),
+  // The all-to-alls' bytes sent per rank per iteration, all calls together.
+  std::printf("a2a %s in %llu calls, peak %s", format_bytes(r.bytes_sent[3]).c_str(),
               static_cast<unsigned long long>(r.all_to_all_calls),
               format_bytes(r.peak_total).c_str());
   if (r.status.rfind("projected", 0) == 0)
