@@ -96,5 +96,6 @@ struct Grid {
 };
 void run_grid(const Grid& grid, int device);
 constexpr std::size_t kMaxDynamicShared = 232448;  // an H100's opt-in maximum per block
+constexpr std::size_t kSharedCanary = 4096;        // checked bytes past a launch's dynamic memory
 
 }  // namespace ted_emu
