@@ -23,7 +23,9 @@ struct Settings {
   std::size_t memory_bytes = 0;
   unsigned delay_us = 0;
   std::uint64_t seed = 1;
+  int driver_version = 13000;  // TED_EMU_DRIVER: 0 is no driver, below 13000 one too old
 };
+constexpr int kRuntimeVersion = 13000;
 const Settings& settings();
 
 // Prints "ted-emulated-gpu: <what>" on stderr: the emulator's own explanation of an error that

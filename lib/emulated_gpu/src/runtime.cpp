@@ -100,6 +100,7 @@ Settings load_settings() {
   if (const char* v = std::getenv("TED_EMU_DELAY_US"))
     s.delay_us = static_cast<unsigned>(std::atoi(v));
   if (const char* v = std::getenv("TED_EMU_SEED")) s.seed = std::strtoull(v, nullptr, 10);
+  if (const char* v = std::getenv("TED_EMU_DRIVER")) s.driver_version = std::atoi(v);
   return s;
 }
 
@@ -131,7 +132,9 @@ struct DeviceState {
 std::vector<std::unique_ptr<DeviceState>>& devices() {
   static std::vector<std::unique_ptr<DeviceState>> list = [] {
     std::vector<std::unique_ptr<DeviceState>> made;
-    for (int i = 0; i < std::max(settings().gpus, 0); ++i) {
+    // A runtime that cannot use the driver (none, or one older than the runtime) sees no GPU.
+    const int gpus = settings().driver_version < kRuntimeVersion ? 0 : settings().gpus;
+    for (int i = 0; i < std::max(gpus, 0); ++i) {
       made.push_back(std::make_unique<DeviceState>());
       made.back()->pool_handle.device = i;
     }
@@ -588,6 +591,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidDevicePointer";
     case cudaErrorInvalidMemcpyDirection:
       return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInsufficientDriver:
+      return "cudaErrorInsufficientDriver";
     case cudaErrorNoDevice:
       return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice:
@@ -624,6 +629,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "out of memory";
     case cudaErrorInvalidConfiguration:
       return "invalid configuration argument";
+    case cudaErrorInsufficientDriver:
+      return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice:
       return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice:
@@ -661,18 +668,28 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
   return cudaSuccess;
 }
 
+// 0 without a driver, as CUDA's (TED_EMU_DRIVER sets it).
 cudaError_t cudaDriverGetVersion(int* version) {
-  return cudaRuntimeGetVersion(version);
+  if (!version) return set_error(cudaErrorInvalidValue);
+  *version = settings().driver_version;
+  return cudaSuccess;
 }
 
 // ---- devices ----------------------------------------------------------------------------------
+// Without a driver, or with one older than the runtime, the runtime answers
+// cudaErrorInsufficientDriver (it cannot tell the two apart; cudaDriverGetVersion can).
 cudaError_t cudaGetDeviceCount(int* count) {
   if (!count) return set_error(cudaErrorInvalidValue);
+  if (settings().driver_version < kRuntimeVersion) {
+    *count = 0;
+    return set_error(cudaErrorInsufficientDriver);
+  }
   *count = static_cast<int>(devices().size());
   return *count ? cudaSuccess : set_error(cudaErrorNoDevice);
 }
 
 cudaError_t cudaSetDevice(int device) {
+  if (settings().driver_version < kRuntimeVersion) return set_error(cudaErrorInsufficientDriver);
   if (!valid_device(device)) return set_error(cudaErrorInvalidDevice);
   if (cudaError_t rc = open_device(device)) return set_error(rc);
   tls_device = device;

@@ -156,13 +156,30 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
+// "13.0" for CUDA's 13000.
+std::string cuda_version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
 int device_count() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device"/"no driver" error
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc == cudaSuccess) return count;
+  cudaGetLastError();  // clear the sticky error
+  if (rc == cudaErrorNoDevice) return 0;
+  // The runtime answers cudaErrorInsufficientDriver both where no driver is installed (a build
+  // machine: no GPU, a skip) and where the driver is older than the runtime (a GPU this build
+  // cannot use: an error). The driver's version tells them apart: 0 means none.
+  int driver = 0, runtime = 0;
+  if (rc == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess &&
+      driver == 0)
     return 0;
-  }
-  return count;
+  std::string detail = std::string(cudaGetErrorName(rc)) + " (" + cudaGetErrorString(rc) + ")";
+  if (rc == cudaErrorInsufficientDriver && cudaRuntimeGetVersion(&runtime) == cudaSuccess)
+    detail += ": the driver supports CUDA " + cuda_version_text(driver) + ", this build needs " +
+              cuda_version_text(runtime);
+  throw UnusableGpu("the CUDA runtime cannot use this machine's GPUs: cudaGetDeviceCount: " +
+                    detail);
 }
 
 std::unique_ptr<Device> make_cuda_device(int ordinal) {
