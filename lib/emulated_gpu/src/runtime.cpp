@@ -312,10 +312,12 @@ void release(void* pointer) {
   }
 }
 
+// Gives kept blocks back until the pool reserves (holds live or kept) at most `keep` bytes, or
+// keeps nothing: what cudaMemPoolTrimTo and the release threshold mean.
 void trim_pool(int device, std::size_t keep) {
   DeviceState& d = device_state(device);
   std::lock_guard lock(d.mutex);
-  while (d.cached > keep && !d.pool.empty()) {
+  while (d.used + d.cached > keep && !d.pool.empty()) {
     auto it = std::prev(d.pool.end());
     d.cached -= it->first;
     std::free(it->second);

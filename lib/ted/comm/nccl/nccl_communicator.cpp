@@ -304,8 +304,15 @@ std::unique_ptr<PendingTime> NcclCommunicator::make_timer() {
   return std::make_unique<DeviceTimer>();
 }
 
+void NcclCommunicator::before_first_collective() {
+  if (connected_) return;
+  connected_ = true;
+  release_cached_memory(device_);
+}
+
 template <typename Issue>
 void NcclCommunicator::on_comm_stream(const char* op, Issue&& issue) {
+  before_first_collective();
   Event ready, done;
   TED_CHECK_CUDA(cudaEventRecord(ready.get(), stream_));
   TED_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready.get(), 0));
@@ -366,6 +373,7 @@ std::unique_ptr<PendingCollective> NcclCommunicator::do_all_to_all_start(const v
                                                                          void* recv,
                                                                          std::size_t count,
                                                                          DataType dtype) {
+  before_first_collective();
   Event ready;
   TED_CHECK_CUDA(cudaEventRecord(ready.get(), stream_));
   TED_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready.get(), 0));
