@@ -103,7 +103,9 @@ TEST_CASE("a collective's recorded time leaves out the work queued before it", "
   } else {
     CHECK(wall >= 0.3);  // staged through the host: it waits for the compute first
   }
-  CHECK(ledger.entries()[0].seconds < 0.15);
+  // Without the compute (the planted defect records all of its 0.3 s), with room for the ranks
+  // arriving apart on a loaded machine (0.18 s seen on 2 busy cores).
+  CHECK(ledger.entries()[0].seconds < 0.25);
 }
 
 TEST_CASE("on NCCL a recorded all-to-all keeps its overlap with the compute after it",
