@@ -31,6 +31,7 @@
 #include "bench_main.hpp"
 #include "moe_block.hpp"
 #include "ted/backend/registry.hpp"
+#include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
 #include "ted/kernels/cuda/cudnn_attention.hpp"
 #include "ted/kernels/cuda/kernels.hpp"
@@ -203,9 +204,14 @@ int main(int argc, char** argv) {
     ted::bench::print_help();
     return 0;
   }
-  if (ted::gpu_count() == 0) {
-    std::printf("SKIPPED: no GPU visible to this process (the CUDA benchmark needs one)\n");
-    return 77;
+  try {
+    if (ted::gpu_count() == 0) {
+      std::printf("SKIPPED: no GPU visible to this process (the CUDA benchmark needs one)\n");
+      return 77;
+    }
+  } catch (const ted::UnusableGpu& e) {  // a GPU that is there but cannot be used: not a skip
+    std::fprintf(stderr, "bench_moe_block_cuda: error: %s\n", e.what());
+    return 2;
   }
   g_device = ted::make_gpu_device(0);
   std::printf("# %s; %s; revision %s\n", g_device->name().c_str(),

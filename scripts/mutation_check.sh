@@ -30,6 +30,9 @@ mutations=(
   "defect: a failed NCCL group left open|lib/ted/comm/nccl/nccl_communicator.cpp|    if (open_) ncclGroupEnd();|    (void)open_;|comm nccl 2"
   "defect: staged all-to-all pins new buffers each start|lib/ted/comm/staged_mpi_communicator.cpp|  for (auto it = spare_pairs_.begin(); it != spare_pairs_.end(); ++it)|  for (auto it = spare_pairs_.end(); it != spare_pairs_.end(); ++it)|comm mpi 2"
   "defect: a grid's y limit ignored (column reductions)|lib/ted/kernels/cuda/layers.cu|  return needed > kRowChunk ? needed : kRowChunk;|  return kRowChunk + 0 * needed;|backend [large]"
+  "dynamic shared memory: LayerNorm's backward asks for half of what it uses|lib/ted/kernels/cuda/layers.cu|2 * h * sizeof(float), stream(ctx), x, gamma,|h * sizeof(float), stream(ctx), x, gamma,|backend [layernorm]"
+  "static __shared__ read before written (block sums add all 32 slots)|lib/ted/kernels/cuda/common.cuh|  for (int w = 0; w < warps; ++w) total += shared[w];|  for (int w = 0; w < 32; ++w) total += shared[w];|backend [layernorm]"
+  "lanes exit before a full-mask shuffle (LayerNorm threads without a pack)|lib/ted/kernels/cuda/layers.cu|  float s = 0;\n  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {\n    const Pack<T> p = load_pack(x + base + j);|  float s = 0;\n  if (static_cast<int>(threadIdx.x) * P >= h) return;\n  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {\n    const Pack<T> p = load_pack(x + base + j);|backend [layernorm]"
 )
 
 echo "== copying the tree to $scratch"

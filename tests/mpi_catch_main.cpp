@@ -1,7 +1,8 @@
 // Catch2 main for tests that run on several MPI ranks (launched by mpirun from CTest).
 // Every rank runs the same test cases; rank 0 reports on stdout, the other ranks write to a
 // file that is printed only when that rank failed. The exit code is the same on every rank:
-// failed if any rank failed, 77 (CTest's skip code) when the backend cannot run here.
+// failed if any rank failed, 77 (CTest's skip code) when the backend cannot run here (no GPU),
+// 2 with one line when the CUDA runtime cannot use the GPUs there are (an old driver).
 //   mpirun -np 4 test_ted [--device cpu|cuda] [--backend mpi|nccl] [--staged]
 //                         [--dtype fp32|bf16|fp16] [catch2 options]
 // --device cuda puts the buffers on a GPU (ranks share GPUs round-robin); --backend nccl needs
@@ -63,6 +64,9 @@ int main(int argc, char** argv) {
   // Every rank sees the same machine, so every rank skips alike.
   try {
     ted::require_backend(kind, ted::test::g_backend, MPI_COMM_WORLD);
+  } catch (const ted::UnusableGpu& e) {  // a GPU that is there but cannot be used: not a skip
+    if (mpi.world_rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const ted::ConfigError& e) {
     if (mpi.world_rank() == 0) std::printf("SKIPPED: %s\n", e.what());
     return 77;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -88,8 +89,12 @@ inline std::vector<std::int32_t> download_i32(const Tensor<std::int32_t>& t) {
 inline double normalized_error(const std::vector<float>& got, const std::vector<float>& want) {
   double worst = 0, scale = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+    // A NaN where the reference has a number is as wrong as can be (std::max would drop it).
+    if (std::isnan(got[i]) != std::isnan(want[i])) return std::numeric_limits<double>::infinity();
+    if (std::isnan(want[i])) continue;
     scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+    if (got[i] != want[i])
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
   }
   return worst / std::max(scale, 1e-30);
 }

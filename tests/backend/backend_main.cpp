@@ -1,7 +1,8 @@
 // Main of the per-backend tests: one list of cases (the kernel table's ops and short training
 // runs), each scored against the CPU fp32 reference, run on the device given by --device.
 //   test_backend --device cpu     every case on the CPU backend (fp32, bf16, fp16)
-//   test_backend --device cuda    the same on GPU 0; exits 77 (CTest: skipped) without a GPU
+//   test_backend --device cuda    the same on GPU 0; exits 77 (CTest: skipped) without a GPU,
+//                                 2 with one line when the runtime cannot use the GPU
 //   test_backend --device cuda --require-cudnn "[attention]"
 //                                 the attention cases where cuDNN's fused attention runs them;
 //                                 where it does not (the emulated GPU, no cuDNN found), prints
@@ -66,6 +67,9 @@ int main(int argc, char** argv) {
     } else {
       g_backend.device = ted::make_cpu_device();
     }
+  } catch (const ted::UnusableGpu& e) {  // a GPU that is there but cannot be used: not a skip
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const ted::ConfigError& e) {
     std::printf("SKIPPED: %s\n", e.what());
     return 77;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ted/backend/registry.hpp"
+#include "ted/core/error.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 #include "ted/kernels/cuda/kernels.hpp"
 #include "ted/kernels/elementwise.hpp"
@@ -216,9 +217,14 @@ TEMPLATE_TEST_CASE("GEMMs with an epilogue match CBLAS and the element-wise math
 }
 
 int main(int argc, char** argv) {
-  if (ted::gpu_count() == 0) {
-    std::printf("SKIPPED: no GPU visible to this process (the CUDA tests need one)\n");
-    return 77;
+  try {
+    if (ted::gpu_count() == 0) {
+      std::printf("SKIPPED: no GPU visible to this process (the CUDA tests need one)\n");
+      return 77;
+    }
+  } catch (const ted::UnusableGpu& e) {  // a GPU that is there but cannot be used: not a skip
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   }
   g_device = ted::make_gpu_device(0);
   std::printf("GPU: %s\n", g_device->name().c_str());

@@ -6,6 +6,8 @@
 //   queued after it records no exposed time, and nothing blocks the host to time it;
 // - memory the device's pool keeps is handed back before cuBLAS sets up and when a device goes
 //   away, so a sweep's next point sees the GPU's memory free;
+// - NCCL's first collective on a communicator, which takes its connections' buffers from the
+//   GPU then, finds them free after a step that went through nearly all of the GPU's memory;
 // - the watchdog ends a collective whose peer never comes with one line (hidden case
 //   [.watchdog], run alone by CTest with TED_NCCL_TIMEOUT set);
 // - with TED_CUDA_DEBUG=1 a kernel that fails is reported at its launch, by name (hidden case
@@ -16,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -100,7 +103,9 @@ TEST_CASE("a collective's recorded time leaves out the work queued before it", "
   } else {
     CHECK(wall >= 0.3);  // staged through the host: it waits for the compute first
   }
-  CHECK(ledger.entries()[0].seconds < 0.15);
+  // Without the compute (the planted defect records all of its 0.3 s), with room for the ranks
+  // arriving apart on a loaded machine (0.18 s seen on 2 busy cores).
+  CHECK(ledger.entries()[0].seconds < 0.25);
 }
 
 TEST_CASE("on NCCL a recorded all-to-all keeps its overlap with the compute after it",
@@ -141,10 +146,15 @@ TEST_CASE("memory the pool keeps goes back to the GPU for cuBLAS and for the nex
   if (!on_gpu()) return;
   std::size_t free_before = 0, total = 0;
   {
-    auto device = ted::make_gpu_device(0);
+    // No headroom: the pool may keep all of the GPU (its release threshold).
+    setenv("TED_POOL_HEADROOM", "0", 1);
+    int mine = 0;  // this rank's GPU (another rank's may be in exclusive-process mode)
+    REQUIRE(cudaGetDevice(&mine) == cudaSuccess);
+    auto device = ted::make_gpu_device(mine);
+    unsetenv("TED_POOL_HEADROOM");
     REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
     REQUIRE(total == std::size_t{256} << 20);
-    // Nearly all of the GPU, freed into the pool, which keeps it (release threshold: all).
+    // Nearly all of the GPU, freed into the pool, which keeps it.
     { ted::DeviceBuffer big(*device, free_before - (std::size_t{2} << 20)); }
     device->synchronize();
     // cuBLAS's workspace comes from cudaMalloc, not the pool: the kernel tables must hand the
@@ -155,6 +165,24 @@ TEST_CASE("memory the pool keeps goes back to the GPU for cuBLAS and for the nex
   std::size_t free_after = 0;
   REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
   CHECK(free_after >= free_before);
+}
+
+// NCCL connects a communicator to its peers at its first collective and takes the connections'
+// buffers with cudaMalloc then, outside the pool: a pool that kept all it ever held would leave
+// nothing for them (the release threshold, and the trim before the first collective).
+TEST_CASE("NCCL's first collective finds the memory for its connections", "[emulated][nccl]") {
+  if (ted::test::backend() != ted::CommBackend::nccl || ted::test::world().size() < 2) return;
+  auto& world = ted::test::world();
+  auto& device = ted::test::device();
+  auto fresh = world.split(0, world.rank(), ted::GroupKind::world);  // not connected yet
+  std::size_t free = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free, &total) == cudaSuccess);
+  // A step's peak: nearly all of the GPU's free memory through the pool, then freed.
+  { ted::DeviceBuffer peak(device, free - (std::size_t{1} << 20)); }
+  device.synchronize();
+  std::vector<float> sums;
+  REQUIRE_NOTHROW(sums = all_reduced(*fresh, 1.0f));
+  for (float v : sums) CHECK(v == static_cast<float>(world.size()));
 }
 
 TEST_CASE("a collective whose peer never comes ends the process with one line",

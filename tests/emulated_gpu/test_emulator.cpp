@@ -1,10 +1,11 @@
 // The emulated GPU against what a GPU does where correctness depends on it (docs/emulated_gpu.md):
 // launch limits and their errors, __shared__ and barriers, warp shuffles and ballots, a block
 // order that changes between launches, asynchronous streams ordered by events, checked copies,
-// out-of-bounds writes, the memory pool, cuBLAS's column-major GEMMs and CUB's sort protocol.
-// Kernels are written here in CUDA C++ and compiled by the host compiler against the emulator.
-// Run with TED_EMU_GPUS=3 (device 0 for the ordinary cases; 1 and 2 for the cases that leave a
-// device failed, as a real fault leaves a GPU context) and TED_EMU_MEMORY=256M.
+// out-of-bounds writes, shared memory that holds no old values and is bounded, the memory pool,
+// cuBLAS's column-major GEMMs and CUB's sort protocol. Kernels are written here in CUDA C++ and
+// compiled by the host compiler against the emulator. Run with TED_EMU_GPUS=6 (device 0 for the
+// ordinary cases; 1 to 5 for the cases that leave a device failed, as a real fault leaves a GPU
+// context) and TED_EMU_MEMORY=256M.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <catch2/catch.hpp>
@@ -58,6 +59,35 @@ __global__ void divergent(int* out) {
   }
 }
 
+// Reads its static shared memory before writing it: what a previous block left there, or on a
+// GPU whatever the memory held.
+__global__ void read_before_write(float* out) {
+  __shared__ float tile[64];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = tile[threadIdx.x];
+  __syncthreads();
+  tile[threadIdx.x] = 1.0f;
+}
+
+}  // namespace
+
+extern __shared__ float4 ted_dynamic_shared[];  // as kernels/cuda/common.cuh declares it
+
+namespace {
+
+// Writes `count` floats of dynamic shared memory, whatever the launch asked for.
+__global__ void fill_dynamic(int count) {
+  float* shared = reinterpret_cast<float*>(ted_dynamic_shared);
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x))
+    shared[i] = 2.0f;
+  __syncthreads();
+}
+
+// Lanes past `active` return before a full-mask shuffle names them.
+__global__ void shuffle_after_exit(int* out, unsigned active) {
+  if (threadIdx.x >= active) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
+}
+
 __global__ void record_order(int* counter, int* order) {
   if (threadIdx.x == 0) order[atomicAdd(counter, 1)] = static_cast<int>(blockIdx.x);
 }
@@ -96,7 +126,7 @@ std::vector<T> download(const T* p, std::size_t n) {
 TEST_CASE("the emulated GPU looks like an H100 and says it is emulated", "[emulator]") {
   int count = 0;
   REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
-  REQUIRE(count == 3);
+  REQUIRE(count == 6);
   cudaDeviceProp p{};
   REQUIRE(cudaGetDeviceProperties(&p, 0) == cudaSuccess);
   CHECK(std::string(p.name).find("emulated") != std::string::npos);
@@ -104,7 +134,7 @@ TEST_CASE("the emulated GPU looks like an H100 and says it is emulated", "[emula
   CHECK(p.maxGridSize[1] == 65535);
   CHECK(p.sharedMemPerBlock == 48 * 1024);
   CHECK(p.sharedMemPerBlockOptin == 232448);
-  CHECK(cudaSetDevice(3) == cudaErrorInvalidDevice);
+  CHECK(cudaSetDevice(6) == cudaErrorInvalidDevice);
   cudaGetLastError();
 }
 
@@ -285,6 +315,40 @@ TEST_CASE("a barrier that some threads never reach fails the launch and the devi
   CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
   CHECK(run(store_index, 1, 32, 0, nullptr, out) == cudaErrorLaunchFailure);  // sticky
   cudaGetLastError();
+}
+
+TEST_CASE("static __shared__ memory reads as NaN at each block's start", "[emulator]") {
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  float* out = device_buffer<float>(4 * 64);
+  REQUIRE(run(read_before_write, 4, 64, 0, nullptr, out) == cudaSuccess);
+  const auto got = download(out, 4 * 64);
+  // Every block, the first one and those after a block that wrote 1.0 everywhere.
+  for (float v : got) CHECK(std::isnan(v));
+  cudaFree(out);
+}
+
+TEST_CASE("a kernel that writes past the dynamic shared memory it asked for fails", "[emulator]") {
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  REQUIRE(run(fill_dynamic, 2, 64, 256 * sizeof(float), nullptr, 256) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // all of it inside: fine
+  REQUIRE(cudaSetDevice(3) == cudaSuccess);
+  REQUIRE(run(fill_dynamic, 2, 64, 256 * sizeof(float), nullptr, 257) == cudaSuccess);
+  CHECK(cudaDeviceSynchronize() == cudaErrorIllegalAddress);
+  cudaGetLastError();
+}
+
+TEST_CASE("a full-mask shuffle that names lanes which have exited fails the launch", "[emulator]") {
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  int* out = device_buffer<int>(32);
+  REQUIRE(run(shuffle_after_exit, 1, 32, 0, nullptr, out, 32u) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // every lane there: fine
+  REQUIRE(cudaSetDevice(4) == cudaSuccess);
+  int* other = device_buffer<int>(32);
+  REQUIRE(run(shuffle_after_exit, 1, 32, 0, nullptr, other, 20u) == cudaSuccess);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  cudaGetLastError();
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  cudaFree(out);
 }
 
 TEST_CASE("a write past the end of an allocation is an illegal address", "[emulator]") {

@@ -25,8 +25,10 @@
 #define __align__(n) alignas(n)
 // Block-scope thread_local is static: one copy per OS thread. The threads of a block are fibers
 // of one OS thread, and a stream's thread runs one block at a time, so this is one copy per
-// block, shared by its threads, as __shared__ is.
-#define __shared__ thread_local
+// block, shared by its threads, as __shared__ is. The ABI tag marks each such object in the
+// program's symbol table, where the scheduler finds them and poisons them at each block's start
+// (a block's shared memory holds no values it did not write, not even zeros).
+#define __shared__ thread_local __attribute__((abi_tag("ted_shared")))
 #define __constant__
 
 struct uint3 {
@@ -53,6 +55,7 @@ enum cudaError_t {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInsufficientDriver = 35,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,

@@ -23,7 +23,9 @@ struct Settings {
   std::size_t memory_bytes = 0;
   unsigned delay_us = 0;
   std::uint64_t seed = 1;
+  int driver_version = 13000;  // TED_EMU_DRIVER: 0 is no driver, below 13000 one too old
 };
+constexpr int kRuntimeVersion = 13000;
 const Settings& settings();
 
 // Prints "ted-emulated-gpu: <what>" on stderr: the emulator's own explanation of an error that
@@ -96,5 +98,6 @@ struct Grid {
 };
 void run_grid(const Grid& grid, int device);
 constexpr std::size_t kMaxDynamicShared = 232448;  // an H100's opt-in maximum per block
+constexpr std::size_t kSharedCanary = 4096;        // checked bytes past a launch's dynamic memory
 
 }  // namespace ted_emu

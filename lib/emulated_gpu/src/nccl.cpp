@@ -28,7 +28,8 @@
 struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
   int rank = 0, size = 1, device = 0;
-  void* buffers = nullptr;  // what NCCL takes from the GPU at set-up
+  void* buffers = nullptr;       // what NCCL takes from the GPU at set-up
+  void* peer_buffers = nullptr;  // and at the first collective, for its connections to the peers
   std::mutex mutex;
   std::condition_variable changed;
   std::uint64_t queued = 0;     // operations issued by the host
@@ -304,9 +305,28 @@ void execute(ncclComm_t comm, std::uint64_t serial, const std::vector<Transfer>&
   comm->changed.notify_all();
 }
 
+// NCCL connects a communicator to its peers lazily, at its first collective, and takes the
+// connections' buffers from the GPU then (cudaMalloc, not the pool): memory a run must have left
+// free after its set-up.
+constexpr std::size_t kPeerBufferBytes = std::size_t{4} << 20;
+ncclResult_t connect(ncclComm_t comm) {
+  if (comm->peer_buffers || comm->size < 2) return ncclSuccess;
+  const std::size_t bytes = kPeerBufferBytes * static_cast<std::size_t>(comm->size - 1);
+  if (cudaMalloc(&comm->peer_buffers, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    comm->peer_buffers = nullptr;
+    return fail(ncclUnhandledCudaError,
+                "cudaMalloc of " + std::to_string(bytes >> 20) + " MiB for the connections to " +
+                    std::to_string(comm->size - 1) + (comm->size == 2 ? " peer" : " peers") +
+                    " failed (NCCL connects at a communicator's first collective)");
+  }
+  return ncclSuccess;
+}
+
 // Queues an operation (one call, or the calls of a group on one communicator).
 ncclResult_t issue(Pending pending) {
   ncclComm_t comm = pending.comm;
+  if (ncclResult_t rc = connect(comm)) return rc;
   std::uint64_t serial;
   {
     std::lock_guard lock(comm->mutex);
@@ -518,6 +538,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   }
   if (!comm->aborted) MPI_Comm_free(&comm->mpi);
   cudaFree(comm->buffers);
+  cudaFree(comm->peer_buffers);
   delete comm;
   return ncclSuccess;
 }
@@ -532,6 +553,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   }
   // The MPI communicator is left alone: transfers of it may still be posted.
   cudaFree(comm->buffers);
+  cudaFree(comm->peer_buffers);
   delete comm;
   return ncclSuccess;
 }

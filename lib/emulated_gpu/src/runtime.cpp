@@ -100,6 +100,7 @@ Settings load_settings() {
   if (const char* v = std::getenv("TED_EMU_DELAY_US"))
     s.delay_us = static_cast<unsigned>(std::atoi(v));
   if (const char* v = std::getenv("TED_EMU_SEED")) s.seed = std::strtoull(v, nullptr, 10);
+  if (const char* v = std::getenv("TED_EMU_DRIVER")) s.driver_version = std::atoi(v);
   return s;
 }
 
@@ -125,13 +126,15 @@ struct DeviceState {
   std::unique_ptr<Stream> default_stream;
   CUmemPoolHandle_st pool_handle{};
   int exclusive_lock = -1;  // lock file held while this process uses the GPU (exclusive mode)
-  bool opened = false;
+  std::atomic<bool> opened{false};  // this process has a context on it
 };
 
 std::vector<std::unique_ptr<DeviceState>>& devices() {
   static std::vector<std::unique_ptr<DeviceState>> list = [] {
     std::vector<std::unique_ptr<DeviceState>> made;
-    for (int i = 0; i < std::max(settings().gpus, 0); ++i) {
+    // A runtime that cannot use the driver (none, or one older than the runtime) sees no GPU.
+    const int gpus = settings().driver_version < kRuntimeVersion ? 0 : settings().gpus;
+    for (int i = 0; i < std::max(gpus, 0); ++i) {
       made.push_back(std::make_unique<DeviceState>());
       made.back()->pool_handle.device = i;
     }
@@ -166,10 +169,11 @@ std::string uuid_text(int device) {
   return key;
 }
 
-// Called when a process first uses a GPU: in exclusive-process mode a second process of the
-// machine that uses the same GPU is refused, as the driver does.
+// Called when a process first uses a GPU (makes its context there): in exclusive-process mode a
+// second process of the machine that uses the same GPU is refused, as the driver does.
 cudaError_t open_device(int device) {
   DeviceState& d = *devices()[device];
+  if (d.opened.load(std::memory_order_acquire)) return cudaSuccess;
   std::lock_guard lock(d.mutex);
   if (d.opened) return cudaSuccess;
   if (settings().compute_mode == cudaComputeModeExclusiveProcess) {
@@ -185,8 +189,24 @@ cudaError_t open_device(int device) {
     d.exclusive_lock = fd;
   }
   d.default_stream = std::make_unique<Stream>(device, cudaStreamDefault);
-  d.opened = true;
+  d.opened.store(true, std::memory_order_release);
   return cudaSuccess;
+}
+
+// What the runtime does at a thread's first call that needs a context: it makes the primary
+// context of the thread's current device (device 0 unless the thread set another) current,
+// creating it if this process has none there. So a thread that never called cudaSetDevice
+// touches GPU 0, as on a GPU, where that costs memory on GPU 0 and, on an exclusive-process GPU
+// that another process holds, fails.
+thread_local int tls_context = -1;  // the device of this thread's current context
+cudaError_t context() {
+  if (tls_context == tls_device) return cudaSuccess;
+  if (!valid_device(tls_device))
+    return settings().driver_version < kRuntimeVersion ? cudaErrorInsufficientDriver
+                                                       : cudaErrorNoDevice;
+  const cudaError_t rc = open_device(tls_device);
+  if (rc == cudaSuccess) tls_context = tls_device;
+  return rc;
 }
 
 DeviceState& device_state(int device) {
@@ -309,10 +329,12 @@ void release(void* pointer) {
   }
 }
 
+// Gives kept blocks back until the pool reserves (holds live or kept) at most `keep` bytes, or
+// keeps nothing: what cudaMemPoolTrimTo and the release threshold mean.
 void trim_pool(int device, std::size_t keep) {
   DeviceState& d = device_state(device);
   std::lock_guard lock(d.mutex);
-  while (d.cached > keep && !d.pool.empty()) {
+  while (d.used + d.cached > keep && !d.pool.empty()) {
     auto it = std::prev(d.pool.end());
     d.cached -= it->first;
     std::free(it->second);
@@ -516,6 +538,7 @@ namespace detail {
 
 cudaError_t launch(const cudaLaunchConfig_t* config, const void* kernel,
                    std::shared_ptr<const KernelCall> call) {
+  if (cudaError_t rc = context()) return set_error(rc);
   if (!config || !kernel) return set_error(cudaErrorInvalidValue);
   Stream* stream = stream_of(config->stream);
   if (!stream) return set_error(cudaErrorInvalidResourceHandle);
@@ -547,6 +570,7 @@ cudaError_t launch(const cudaLaunchConfig_t* config, const void* kernel,
 }
 
 cudaError_t enqueue(cudaStream_t handle, std::function<void()> work) {
+  if (cudaError_t rc = context()) return set_error(rc);
   Stream* stream = stream_of(handle);
   if (!stream) return set_error(cudaErrorInvalidResourceHandle);
   const int device = stream->device();
@@ -588,6 +612,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidDevicePointer";
     case cudaErrorInvalidMemcpyDirection:
       return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInsufficientDriver:
+      return "cudaErrorInsufficientDriver";
     case cudaErrorNoDevice:
       return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice:
@@ -624,6 +650,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "out of memory";
     case cudaErrorInvalidConfiguration:
       return "invalid configuration argument";
+    case cudaErrorInsufficientDriver:
+      return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice:
       return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice:
@@ -661,18 +689,28 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
   return cudaSuccess;
 }
 
+// 0 without a driver, as CUDA's (TED_EMU_DRIVER sets it).
 cudaError_t cudaDriverGetVersion(int* version) {
-  return cudaRuntimeGetVersion(version);
+  if (!version) return set_error(cudaErrorInvalidValue);
+  *version = settings().driver_version;
+  return cudaSuccess;
 }
 
 // ---- devices ----------------------------------------------------------------------------------
+// Without a driver, or with one older than the runtime, the runtime answers
+// cudaErrorInsufficientDriver (it cannot tell the two apart; cudaDriverGetVersion can).
 cudaError_t cudaGetDeviceCount(int* count) {
   if (!count) return set_error(cudaErrorInvalidValue);
+  if (settings().driver_version < kRuntimeVersion) {
+    *count = 0;
+    return set_error(cudaErrorInsufficientDriver);
+  }
   *count = static_cast<int>(devices().size());
   return *count ? cudaSuccess : set_error(cudaErrorNoDevice);
 }
 
 cudaError_t cudaSetDevice(int device) {
+  if (settings().driver_version < kRuntimeVersion) return set_error(cudaErrorInsufficientDriver);
   if (!valid_device(device)) return set_error(cudaErrorInvalidDevice);
   if (cudaError_t rc = open_device(device)) return set_error(rc);
   tls_device = device;
@@ -755,6 +793,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  if (cudaError_t rc = context()) return set_error(rc);
   const int device = tls_device;
   if (!valid_device(device)) return set_error(cudaErrorInvalidDevice);
   std::vector<Stream*> streams;
@@ -770,6 +809,7 @@ cudaError_t cudaDeviceSynchronize() {
 }
 
 cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
+  if (cudaError_t rc = context()) return set_error(rc);
   if (!free || !total) return set_error(cudaErrorInvalidValue);
   if (!valid_device(tls_device)) return set_error(cudaErrorNoDevice);
   DeviceState& d = device_state(tls_device);
@@ -796,6 +836,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (cudaError_t rc = context()) return set_error(rc);
   {
     std::lock_guard lock(g_handles_mutex);
     if (!stream || !g_streams.erase(stream)) return set_error(cudaErrorInvalidResourceHandle);
@@ -805,6 +846,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
+  if (cudaError_t rc = context()) return set_error(rc);
   Stream* stream = stream_of(handle);
   if (!stream) return set_error(cudaErrorInvalidResourceHandle);
   stream->synchronize();
@@ -813,6 +855,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t handle) {
+  if (cudaError_t rc = context()) return set_error(rc);
   Stream* stream = stream_of(handle);
   if (!stream) return set_error(cudaErrorInvalidResourceHandle);
   if (cudaError_t rc = device_error(stream->device())) return set_error(rc);
@@ -828,6 +871,7 @@ std::shared_ptr<CUevent_st> find_event(cudaEvent_t event) {
 }  // namespace
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned int) {
+  if (cudaError_t rc = context()) return set_error(rc);
   Stream* stream = stream_of(handle);
   auto e = find_event(event);
   if (!stream || !e) return set_error(cudaErrorInvalidResourceHandle);
@@ -845,6 +889,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t handle, cudaHostFn_t fn, void* user_data) {
+  if (cudaError_t rc = context()) return set_error(rc);
   Stream* stream = stream_of(handle);
   if (!stream) return set_error(cudaErrorInvalidResourceHandle);
   if (!fn) return set_error(cudaErrorInvalidValue);
@@ -857,6 +902,7 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (cudaError_t rc = context()) return set_error(rc);
   if (!event) return set_error(cudaErrorInvalidValue);
   auto e = std::make_shared<CUevent_st>();
   e->flags = flags;
@@ -867,12 +913,14 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (cudaError_t rc = context()) return set_error(rc);
   std::lock_guard lock(g_handles_mutex);
   // Work that still refers to it keeps it alive until it has run (CUDA releases it then).
   return g_events.erase(event) ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle);
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
+  if (cudaError_t rc = context()) return set_error(rc);
   Stream* stream = stream_of(handle);
   auto e = find_event(event);
   if (!stream || !e) return set_error(cudaErrorInvalidResourceHandle);
@@ -893,6 +941,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (cudaError_t rc = context()) return set_error(rc);
   auto e = find_event(event);
   if (!e) return set_error(cudaErrorInvalidResourceHandle);
   std::unique_lock lock(e->mutex);
@@ -904,6 +953,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (cudaError_t rc = context()) return set_error(rc);
   auto e = find_event(event);
   if (!e) return set_error(cudaErrorInvalidResourceHandle);
   std::lock_guard lock(e->mutex);
@@ -911,6 +961,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (cudaError_t rc = context()) return set_error(rc);
   auto a = find_event(start), b = find_event(end);
   if (!ms || !a || !b) return set_error(cudaErrorInvalidValue);
   if ((a->flags | b->flags) & cudaEventDisableTiming)
@@ -924,10 +975,12 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 
 // ---- memory -----------------------------------------------------------------------------------
 cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
+  if (cudaError_t rc = context()) return set_error(rc);
   return set_error(allocate(pointer, bytes, tls_device, false));
 }
 
 cudaError_t cudaFree(void* pointer) {
+  if (cudaError_t rc = context()) return set_error(rc);
   if (!pointer) return cudaSuccess;
   int device = -1;
   if (!device_range(pointer, 1, &device)) return set_error(cudaErrorInvalidValue);
@@ -937,12 +990,14 @@ cudaError_t cudaFree(void* pointer) {
 }
 
 cudaError_t cudaMallocAsync(void** pointer, std::size_t bytes, cudaStream_t handle) {
+  if (cudaError_t rc = context()) return set_error(rc);
   Stream* stream = stream_of(handle);
   if (!stream) return set_error(cudaErrorInvalidResourceHandle);
   return set_error(allocate(pointer, bytes, stream->device(), true));
 }
 
 cudaError_t cudaFreeAsync(void* pointer, cudaStream_t handle) {
+  if (cudaError_t rc = context()) return set_error(rc);
   Stream* stream = stream_of(handle);
   if (!stream) return set_error(cudaErrorInvalidResourceHandle);
   if (!pointer) return cudaSuccess;
@@ -955,6 +1010,7 @@ cudaError_t cudaFreeAsync(void* pointer, cudaStream_t handle) {
 }
 
 cudaError_t cudaMallocHost(void** pointer, std::size_t bytes) {
+  if (cudaError_t rc = context()) return set_error(rc);
   if (!pointer) return set_error(cudaErrorInvalidValue);
   char* base = new_block(round_up(bytes));
   if (!base) return set_error(cudaErrorMemoryAllocation);
@@ -970,6 +1026,7 @@ cudaError_t cudaHostAlloc(void** pointer, std::size_t bytes, unsigned int) {
 }
 
 cudaError_t cudaFreeHost(void* pointer) {
+  if (cudaError_t rc = context()) return set_error(rc);
   if (!pointer) return cudaSuccess;
   {
     std::lock_guard lock(g_memory_mutex);
@@ -1072,22 +1129,26 @@ cudaError_t queue_copy(void* dst, std::size_t dst_pitch, const void* src, std::s
 }  // namespace
 
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  if (cudaError_t rc = context()) return set_error(rc);
   if (cudaError_t rc = queue_copy(dst, bytes, src, bytes, bytes, 1, kind, nullptr)) return rc;
   return cudaDeviceSynchronize();
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
+  if (cudaError_t rc = context()) return set_error(rc);
   return queue_copy(dst, bytes, src, bytes, bytes, 1, kind, stream);
 }
 
 cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src,
                               std::size_t src_pitch, std::size_t width, std::size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream) {
+  if (cudaError_t rc = context()) return set_error(rc);
   return queue_copy(dst, dst_pitch, src, src_pitch, width, height, kind, stream);
 }
 
 cudaError_t cudaMemsetAsync(void* pointer, int value, std::size_t bytes, cudaStream_t handle) {
+  if (cudaError_t rc = context()) return set_error(rc);
   Stream* stream = stream_of(handle);
   if (!stream) return set_error(cudaErrorInvalidResourceHandle);
   if (!bytes) return cudaSuccess;
@@ -1106,6 +1167,7 @@ cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes) {
 }
 
 cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attribute, int value) {
+  if (cudaError_t rc = context()) return set_error(rc);
   if (!kernel) return set_error(cudaErrorInvalidValue);
   if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize) {
     if (value < 0 || static_cast<std::size_t>(value) > kMaxDynamicShared)

@@ -6,7 +6,11 @@
 // block whose threads can no longer all make progress (a barrier some threads never reach while
 // others wait in a warp operation, a warp operation naming lanes that exited) fails the launch with
 // the reason on stderr, where a GPU would hang or return garbage.
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,8 +23,10 @@
 #include "internal.hpp"
 
 // The launch's dynamic shared memory (`extern __shared__` in the sources): one per OS thread,
-// which is one per running block.
-alignas(16) thread_local float4 ted_dynamic_shared[ted_emu::kMaxDynamicShared / sizeof(float4)];
+// which is one per running block. Declared as the sources declare it (with its ABI tag); the
+// bytes past what the launch asked for are a canary, checked when each block ends.
+alignas(16) __shared__ float4
+    ted_dynamic_shared[(ted_emu::kMaxDynamicShared + ted_emu::kSharedCanary) / sizeof(float4)];
 
 __thread uint3 threadIdx;
 __thread uint3 blockIdx;
@@ -337,9 +343,22 @@ void BlockRunner::fiber_main() {
 // exited: each waiting lane gets its result and runs again.
 void BlockRunner::try_warp(int warp) {
   WarpState& w = warps_[warp];
+  Fiber* lane = fibers_.data() + warp * 32;
+  // A lane the mask names that has exited never takes part: a GPU hangs or returns garbage
+  // (undefined), so the launch fails, naming the operation and the lane.
+  if (const unsigned gone = w.wanted & w.present & w.exited) {
+    const Fiber& waiting = lane[__builtin_ctz(w.arrived)];
+    std::ostringstream text;
+    text << "warp " << warp << ": " << op_name(waiting.op) << " (mask 0x" << std::hex
+         << waiting.mask << std::dec << ") names lane " << __builtin_ctz(gone)
+         << ", which has exited";
+    failure_ = text.str();
+    head_ = tail_ = queued_ = 0;
+    started_ = fibers_.size();  // nothing else starts
+    return;
+  }
   const unsigned needed = w.wanted & w.present & ~w.exited;
   if (needed & ~w.arrived) return;  // still waiting for some
-  Fiber* lane = fibers_.data() + warp * 32;
   const unsigned arrived = w.arrived;
   const Fiber& first = lane[__builtin_ctz(arrived)];
   const detail::WarpOp op = first.op;
@@ -438,6 +457,97 @@ std::vector<std::uint64_t> block_order(std::uint64_t n, std::uint64_t seed) {
   return order;
 }
 
+// ---- shared memory: static objects poisoned, dynamic memory bounded -------------------------
+// Every static __shared__ object carries the ABI tag "ted_shared" (cuda_runtime.h), so the
+// program's symbol table lists them: thread-local symbols, each an offset into the program's
+// thread-local block. Read once from /proc/self/exe; a stripped program has no symbol table,
+// and then nothing is poisoned (said once on stderr).
+struct SharedObject {
+  std::size_t offset, bytes;
+};
+
+std::vector<SharedObject> read_shared_objects() {
+  std::vector<SharedObject> found;
+  const int fd = ::open("/proc/self/exe", O_RDONLY);
+  if (fd < 0) return found;
+  struct stat info {};
+  void* map =
+      fstat(fd, &info) == 0 && info.st_size > 0
+          ? mmap(nullptr, static_cast<std::size_t>(info.st_size), PROT_READ, MAP_PRIVATE, fd, 0)
+          : MAP_FAILED;
+  ::close(fd);
+  if (map == MAP_FAILED) return found;
+  const auto* base = static_cast<const char*>(map);
+  const auto* header = reinterpret_cast<const Elf64_Ehdr*>(base);
+  const auto* sections = reinterpret_cast<const Elf64_Shdr*>(base + header->e_shoff);
+  const std::string dynamic_name = "ted_dynamic_shared";
+  for (int i = 0; i < header->e_shnum; ++i) {
+    if (sections[i].sh_type != SHT_SYMTAB) continue;
+    const auto* symbols = reinterpret_cast<const Elf64_Sym*>(base + sections[i].sh_offset);
+    const char* names = base + sections[sections[i].sh_link].sh_offset;
+    const std::size_t count = sections[i].sh_size / sizeof(Elf64_Sym);
+    for (std::size_t k = 0; k < count; ++k) {
+      const Elf64_Sym& sym = symbols[k];
+      if (ELF64_ST_TYPE(sym.st_info) != STT_TLS || sym.st_size == 0 || sym.st_shndx == SHN_UNDEF)
+        continue;
+      const char* name = names + sym.st_name;
+      if (!std::strstr(name, "B10ted_shared") || std::strstr(name, dynamic_name.c_str())) continue;
+      found.push_back(
+          {static_cast<std::size_t>(sym.st_value), static_cast<std::size_t>(sym.st_size)});
+    }
+  }
+  munmap(map, static_cast<std::size_t>(info.st_size));
+  std::sort(found.begin(), found.end(),
+            [](const SharedObject& a, const SharedObject& b) { return a.offset < b.offset; });
+  found.erase(std::unique(found.begin(), found.end(),
+                          [](const SharedObject& a, const SharedObject& b) {
+                            return a.offset == b.offset;
+                          }),
+              found.end());
+  if (found.empty())
+    explain(
+        "no static __shared__ objects in the program's symbol table (stripped?): their "
+        "memory is not poisoned at each block's start");
+  return found;
+}
+
+const std::vector<SharedObject>& shared_objects() {
+  static const std::vector<SharedObject> objects = read_shared_objects();
+  return objects;
+}
+
+// This OS thread's copy of the program's thread-local block (the program is the first module).
+char* program_tls() {
+  char* block = nullptr;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* out) {
+        *static_cast<char**>(out) = static_cast<char*>(info->dlpi_tls_data);
+        return 1;  // the first module is the program
+      },
+      &block);
+  return block;
+}
+
+// Static __shared__ memory reads as NaN (0xff bytes) at a block's start, not as the previous
+// block's values or as zeros.
+void poison_static_shared() {
+  static thread_local char* block = program_tls();
+  if (!block) return;
+  for (const SharedObject& object : shared_objects())
+    std::memset(block + object.offset, 0xff, object.bytes);
+}
+
+// The bytes after a launch's dynamic shared memory: a kernel that writes there used more than
+// it asked for, which faults on a GPU. Reads there see these bytes (a large negative float).
+constexpr unsigned char kCanaryByte = 0xfe;
+char* dynamic_bytes() {
+  return reinterpret_cast<char*>(ted_dynamic_shared);
+}
+bool canary_intact(std::size_t asked) {
+  static const std::vector<char> canary(kSharedCanary, static_cast<char>(kCanaryByte));
+  return std::memcmp(dynamic_bytes() + asked, canary.data(), kSharedCanary) == 0;
+}
+
 }  // namespace
 
 namespace detail {
@@ -474,8 +584,11 @@ void run_grid(const Grid& grid, int device) {
         static_cast<unsigned>(index % grid.grid.x),
         static_cast<unsigned>(index / grid.grid.x % grid.grid.y),
         static_cast<unsigned>(index / (static_cast<std::uint64_t>(grid.grid.x) * grid.grid.y))};
-    // Uninitialised shared memory reads as NaN, not as a previous block's values.
-    std::memset(ted_dynamic_shared, 0xff, grid.shared_bytes);
+    // Uninitialised shared memory reads as NaN, not as a previous block's values; past the
+    // dynamic memory asked for lies the canary.
+    std::memset(dynamic_bytes(), 0xff, grid.shared_bytes);
+    std::memset(dynamic_bytes() + grid.shared_bytes, kCanaryByte, kSharedCanary);
+    poison_static_shared();
     // Within a round the fibers run upwards, downwards or from a random thread on: a thread
     // that reads another's write without a barrier in between sees it missing in some order.
     const std::uint64_t draw = splitmix(state);
@@ -483,11 +596,17 @@ void run_grid(const Grid& grid, int device) {
     const int order_kind = pick < 2 ? pick : 2 + static_cast<int>((draw >> 8) % threads);
     std::string why;
     const bool ok = tls_runner->run(grid, block, order_kind, &why);
-    if (!ok) {
+    const bool inside = canary_intact(grid.shared_bytes);
+    if (!ok || !inside) {
       std::ostringstream text;
       text << "kernel " << grid.kernel << " block (" << block.x << "," << block.y << "," << block.z
-           << "): " << why;
-      fail_device(device, cudaErrorLaunchFailure, text.str());
+           << "): ";
+      if (ok)
+        text << "wrote past the " << grid.shared_bytes
+             << " bytes of dynamic shared memory its launch asked for";
+      else
+        text << why;
+      fail_device(device, ok ? cudaErrorIllegalAddress : cudaErrorLaunchFailure, text.str());
       return;
     }
   }

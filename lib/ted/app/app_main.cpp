@@ -87,6 +87,9 @@ int run_app(int argc, char** argv, CLI::App& app, const std::function<int(MpiSes
   } catch (const OutOfMemory& e) {
     std::fprintf(stderr, "%s: error: %s: %s\n", name.c_str(), rank_tag().c_str(), e.what());
     return fail(mpi, 2);
+  } catch (const UnusableGpu& e) {
+    std::fprintf(stderr, "%s: error: %s: %s\n", name.c_str(), rank_tag().c_str(), e.what());
+    return fail(mpi, 2);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%s: error: %s: out of host memory (a host allocation failed)\n",
                  name.c_str(), rank_tag().c_str());

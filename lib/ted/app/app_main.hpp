@@ -2,6 +2,7 @@
 // CLI11, check the launch, and turn errors into the suite's exit codes.
 //   bad input (CLI11 parse error, ted::ConfigError) -> one line on rank 0, exit 2 on every rank
 //   a failed allocation (ted::OutOfMemory, std::bad_alloc) -> one line naming the bytes, exit 2
+//   GPUs the CUDA runtime cannot use (ted::UnusableGpu) -> one line naming the CUDA error, exit 2
 //                                                       (MPI_Abort(2) when other ranks run on)
 //   --help                                          -> help on rank 0, exit 0
 //   any other failure                               -> message on the failing rank, exit 1

@@ -21,7 +21,8 @@ namespace ted {
 
 bool cuda_compiled();  // the CUDA backend was built (nvcc found at configure time)
 bool nccl_compiled();  // the NCCL backend was built
-int gpu_count();       // GPUs visible to this process; 0 without CUDA, driver or GPU
+int gpu_count();       // GPUs visible to this process; 0 without CUDA, driver or GPU; UnusableGpu
+                       // when the runtime cannot use them (cuda::device_count)
 
 DeviceKind parse_device_kind(std::string_view name);  // "cpu" or "cuda"; ConfigError otherwise
 

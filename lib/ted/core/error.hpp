@@ -2,6 +2,8 @@
 //   ted::Error        - a failure at run time (an MPI call failed, a buffer is too small, ...)
 //   ted::ConfigError  - bad input from the user (options, YAML, layout); apps exit with code 2
 //   ted::OutOfMemory  - an allocation failed; apps exit with code 2
+//   ted::UnusableGpu  - the CUDA runtime cannot use the machine's GPUs (a driver older than the
+//                       runtime, say); apps and tests exit with code 2: an error, not a skip
 // Every message carries its place: the failing statement, file:line and the MPI rank.
 #pragma once
 
@@ -25,6 +27,14 @@ class ConfigError : public Error {
 // Exit code 2 like bad input (the run asked for more than the machine has), but it may happen
 // on one rank only.
 class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
+// The CUDA runtime reports an error other than "no device" when asked for the GPUs: the run
+// cannot use them, and a test that needs a GPU must fail rather than skip. The message is one
+// line naming the CUDA error.
+class UnusableGpu : public Error {
  public:
   using Error::Error;
 };

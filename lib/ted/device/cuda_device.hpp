@@ -12,7 +12,9 @@
 
 namespace ted::cuda {
 
-int device_count();  // 0 when there is no GPU or no driver, never throws
+// The GPUs visible to this process: 0 when there is none or no driver at all; UnusableGpu when
+// the runtime reports any other error (a driver older than the runtime).
+int device_count();
 std::unique_ptr<Device> make_cuda_device(int ordinal);
 // The stream of a device made by make_cuda_device, or of a wrapper around one (kernels and
 // communicators queue their work on it).

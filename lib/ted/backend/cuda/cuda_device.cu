@@ -1,10 +1,12 @@
 #include "ted/backend/cuda/launch.hpp"
+#include "ted/core/units.hpp"
 #include "ted/device/cuda_check.hpp"
 #include "ted/device/cuda_device.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -37,9 +39,23 @@ void trim_pool(int ordinal) {
   if (cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
 }
 
+// The memory a device's pool leaves to the libraries: what they allocate later with cudaMalloc,
+// outside the pool (NCCL's connections to its peers at a communicator's first collective, the
+// memory cuBLAS, cuBLASLt and cuDNN take when they start). TED_POOL_HEADROOM sets it (bytes,
+// "512M", "2G"); by default 1 GiB, at most an eighth of the GPU's memory.
+std::uint64_t pool_headroom(std::size_t total) {
+  if (const char* text = std::getenv("TED_POOL_HEADROOM"))
+    return parse_bytes(text, "TED_POOL_HEADROOM");
+  const std::uint64_t gib = std::uint64_t{1} << 30;
+  return std::min<std::uint64_t>(gib, total / 8);
+}
+
 // Memory is stream-ordered (cudaMallocAsync / cudaFreeAsync on the device's stream) from the
 // device's pool, which keeps freed blocks instead of returning them to the driver: a training
-// step frees and allocates the same sizes again, and neither call synchronises.
+// step frees and allocates the same sizes again, and neither call synchronises. The pool keeps
+// (its release threshold) all of the GPU's memory but the headroom above: past that, a
+// synchronisation gives freed memory back, so a library's later cudaMalloc finds it. Before the
+// libraries allocate, the pool is also trimmed outright (release_cached_memory).
 class CudaDevice final : public Device {
  public:
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
@@ -47,7 +63,10 @@ class CudaDevice final : public Device {
     TED_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     cudaMemPool_t pool = nullptr;
     TED_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, ordinal_));
-    std::uint64_t keep = UINT64_MAX;
+    std::size_t free = 0, total = 0;
+    TED_CHECK_CUDA(cudaMemGetInfo(&free, &total));
+    const std::uint64_t headroom = pool_headroom(total);
+    std::uint64_t keep = total > headroom ? total - headroom : 0;
     TED_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   }
   ~CudaDevice() override {
@@ -156,13 +175,30 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
+// "13.0" for CUDA's 13000.
+std::string cuda_version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
 int device_count() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device"/"no driver" error
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc == cudaSuccess) return count;
+  cudaGetLastError();  // clear the sticky error
+  if (rc == cudaErrorNoDevice) return 0;
+  // The runtime answers cudaErrorInsufficientDriver both where no driver is installed (a build
+  // machine: no GPU, a skip) and where the driver is older than the runtime (a GPU this build
+  // cannot use: an error). The driver's version tells them apart: 0 means none.
+  int driver = 0, runtime = 0;
+  if (rc == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess &&
+      driver == 0)
     return 0;
-  }
-  return count;
+  std::string detail = std::string(cudaGetErrorName(rc)) + " (" + cudaGetErrorString(rc) + ")";
+  if (rc == cudaErrorInsufficientDriver && cudaRuntimeGetVersion(&runtime) == cudaSuccess)
+    detail += ": the driver supports CUDA " + cuda_version_text(driver) + ", this build needs " +
+              cuda_version_text(runtime);
+  throw UnusableGpu("the CUDA runtime cannot use this machine's GPUs: cudaGetDeviceCount: " +
+                    detail);
 }
 
 std::unique_ptr<Device> make_cuda_device(int ordinal) {

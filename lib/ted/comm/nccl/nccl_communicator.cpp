@@ -94,6 +94,11 @@ class NcclGroup {
 // the job's time limit. So every collective is followed by an event; one still pending after
 // TED_NCCL_TIMEOUT seconds (default 600), or a communicator with an asynchronous error, ends
 // the process with one line naming the collective, after aborting the communicator.
+// The CUDA runtime's current device belongs to a host thread and starts at GPU 0, and the first
+// call that needs a context makes one there. So the watchdog's thread sets the GPU of each
+// collective it watches before it queries the collective's event: without that every rank
+// would make a context on GPU 0 (half a GiB of it each, where the node's tasks see every GPU),
+// and on a GPU in exclusive-process mode that another rank holds, the query would fail.
 class Watchdog {
  public:
   static Watchdog& instance() {
@@ -102,11 +107,13 @@ class Watchdog {
   }
 
   void watch(ncclComm_t comm, cudaStream_t stream, std::string what) {
+    int device = 0;  // the caller's: the GPU of the communicator's stream
+    TED_CHECK_CUDA(cudaGetDevice(&device));
     cudaEvent_t done = nullptr;
     TED_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     TED_CHECK_CUDA(cudaEventRecord(done, stream));
     std::lock_guard lock(mutex_);
-    watched_.push_back({comm, done, std::chrono::steady_clock::now(), std::move(what)});
+    watched_.push_back({comm, done, device, std::chrono::steady_clock::now(), std::move(what)});
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
 
@@ -136,6 +143,7 @@ class Watchdog {
   struct Watched {
     ncclComm_t comm;
     cudaEvent_t done;
+    int device;
     std::chrono::steady_clock::time_point since;
     std::string what;
   };
@@ -147,10 +155,18 @@ class Watchdog {
 
   void run() {
     std::unique_lock lock(mutex_);
+    int current = -1;  // this thread's device; none set yet
     while (!stopping_) {
       wake_.wait_for(lock, std::chrono::milliseconds(100));
       const auto now = std::chrono::steady_clock::now();
       for (auto it = watched_.begin(); it != watched_.end();) {
+        if (it->device != current) {
+          const cudaError_t set = cudaSetDevice(it->device);
+          if (set != cudaSuccess)
+            die(*it, std::string("cannot be watched: cudaSetDevice(") + std::to_string(it->device) +
+                         "): " + cudaGetErrorString(set));
+          current = it->device;
+        }
         const cudaError_t state = cudaEventQuery(it->done);
         if (state == cudaSuccess) {
           cudaEventDestroy(it->done);
@@ -349,8 +365,15 @@ std::unique_ptr<PendingTime> NcclCommunicator::make_timer() {
   return std::make_unique<DeviceTimer>();
 }
 
+void NcclCommunicator::before_first_collective() {
+  if (connected_) return;
+  connected_ = true;
+  release_cached_memory(device_);
+}
+
 template <typename Issue>
 void NcclCommunicator::on_comm_stream(const char* op, Issue&& issue) {
+  before_first_collective();
   Event ready, done;
   TED_CHECK_CUDA(cudaEventRecord(ready.get(), stream_));
   TED_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready.get(), 0));
@@ -413,6 +436,7 @@ std::unique_ptr<PendingCollective> NcclCommunicator::do_all_to_all_start(const v
                                                                          void* recv,
                                                                          std::size_t count,
                                                                          DataType dtype) {
+  before_first_collective();
   Event ready;
   TED_CHECK_CUDA(cudaEventRecord(ready.get(), stream_));
   TED_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready.get(), 0));

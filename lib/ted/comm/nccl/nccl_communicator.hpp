@@ -64,12 +64,17 @@ class NcclCommunicator final : public Communicator {
   // Hands the collective just queued on `stream` to the process's watchdog (a timeout or an
   // asynchronous NCCL error ends the process with one line instead of a hang).
   void watch(const char* op, cudaStream_t stream);
+  // Before the communicator's first collective: NCCL connects to its peers then (lazily), taking
+  // their buffers with cudaMalloc, so the pool first gives back what it keeps (once; it waits
+  // for the device).
+  void before_first_collective();
 
   MPI_Comm mpi_comm_;
   Device& device_;
   cudaStream_t stream_;                 // the device's stream: compute
   cudaStream_t comm_stream_ = nullptr;  // this communicator's collectives
   ncclComm_t comm_ = nullptr;
+  bool connected_ = false;  // a collective has run: NCCL has its peers' buffers
 };
 
 }  // namespace ted::cuda

@@ -118,6 +118,8 @@ struct CudnnAttention::Impl {
     if (handle || !handle_problem.empty()) return handle_problem;
     if (!load_problem().empty()) return handle_problem = load_problem();
     try {
+      // cuDNN takes memory of its own with cudaMalloc, which cannot use what the pool keeps.
+      ted::cuda::release_cached_memory(device);
       if (fe::detail::create_handle(&handle) != CUDNN_STATUS_SUCCESS) {
         handle = nullptr;
         return handle_problem = "cudnnCreate failed";
