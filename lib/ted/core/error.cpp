@@ -12,7 +12,9 @@ std::string rank_tag() {
   if (!initialized || finalized) return "rank ?";
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return "rank " + std::to_string(rank);
+  std::string tag = "rank ";  // appended: GCC 12 warns (-Wrestrict) on "literal" + a temporary
+  tag += std::to_string(rank);
+  return tag;
 }
 
 void throw_check_failure(const char* what, const char* statement, const char* file, int line,
@@ -28,7 +30,7 @@ std::string mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
-    return "MPI error " + std::to_string(code);
+    return std::string("MPI error ").append(std::to_string(code));
   return std::string(text, static_cast<std::size_t>(length));
 }
 }  // namespace detail
