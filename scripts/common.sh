@@ -111,8 +111,10 @@ ted_build() {
 # OpenMPI refuses to start as root unless told; the machines this runs on log in as root.
 # OpenMPI 4 prints nothing of its own when a rank exits non-zero (mpirun -q, which OpenMPI 5's
 # mpirun lacks: said here in the environment, which OpenMPI 5 ignores).
+# The scripts' ranks share this machine: TCP on loopback only (OpenMPI 5 otherwise warns on each
+# rank that it found no pairing of the machine's interfaces, as on Debian 13 here).
 ted_mpi_env() {
-  export OMPI_MCA_orte_execute_quiet=1
+  export OMPI_MCA_orte_execute_quiet=1 OMPI_MCA_btl_tcp_if_include=lo
   if [ "$(id -u)" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   fi
