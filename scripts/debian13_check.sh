@@ -11,7 +11,8 @@
 # skipped) and the tests TED_DEBIAN13_EXCLUDE names (a CTest -E regex; by default slurm_cluster,
 # whose two slurmd never come up in the root).
 # Times: docs/testing.md, "Debian 13".
-#   sudo ./scripts/debian13_check.sh              # TED_DEBIAN13_FRESH=1 makes the root again
+#   sudo ./scripts/debian13_check.sh              # TED_DEBIAN13_FRESH=1 makes the root again,
+#                                                 # TED_DEBIAN13_KEEP_BUILD=1 keeps the build
 # The whole script is one block, read before it runs: editing the file cannot change a run.
 {
 set -uo pipefail
@@ -94,9 +95,14 @@ mount_in -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 mount_in -t tmpfs -o mode=1777 tmpfs /dev/shm  # OpenMPI's shared-memory transport lives here
 mount_in -t tmpfs -o mode=1777 tmpfs /tmp
 
-# --- the tree: git's files, tracked and new, into a fresh folder; a fresh build folder
+# --- the tree: git's files, tracked and new, into a fresh folder; a fresh build folder, or with
+# TED_DEBIAN13_KEEP_BUILD=1 the last one (the files keep their times: only what changed rebuilds)
 stage "copying the working tree to $target/ted/src"
-rm -rf "$target/ted"
+if [ "${TED_DEBIAN13_KEEP_BUILD:-0}" = 1 ]; then
+  rm -rf "$target/ted/src"
+else
+  rm -rf "$target/ted"
+fi
 mkdir -p "$target/ted/src"
 git -C "$TED_ROOT" ls-files -co --exclude-standard -z |
   tar -C "$TED_ROOT" --null -T - -cf - | tar -C "$target/ted/src" -xf -
@@ -118,7 +124,7 @@ in_root cmake -S /ted/src -B /ted/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTE
   >"$target/ted/configure.log" 2>&1 ||
   { tail -40 "$target/ted/configure.log"; echo "FAILED: configure ($target/ted/configure.log)"; exit 1; }
 in_root cmake --build /ted/build -j "$(nproc)" >"$target/ted/build.log" 2>&1 ||
-  { grep -B2 -A12 -m5 "error" "$target/ted/build.log" | head -80
+  { grep -B2 -A12 -m5 "error:\|FAILED:" "$target/ted/build.log" | head -80
     echo "FAILED: build ($target/ted/build.log)"; exit 1; }
 
 stage "testing in the root: scripts/test.sh${exclude:+ -E '$exclude'}"
