@@ -131,7 +131,7 @@ stage "testing in the root: scripts/test.sh${exclude:+ -E '$exclude'}"
 args=()
 [ -n "$exclude" ] && args=(-E "$exclude")
 in_root env TED_BUILD_DIR=/ted/build TED_SKIP_DEEPSPEED=1 bash /ted/src/scripts/test.sh "${args[@]}" \
-  2>&1 | tee "$target/ted/test.log" | grep -v "^== building\|^\[[0-9]*/[0-9]*\]\|^ninja: no work"
+  2>&1 | tee "$target/ted/test.log" | grep --line-buffered -v "^== building\|^\[[0-9]*/[0-9]*\]\|^ninja: no work"
 rc=${PIPESTATUS[0]}
 stage "done: $( [ "$rc" = 0 ] && echo "PASSED" || echo "FAILED (exit $rc)" ) (log: $target/ted/test.log)"
 exit "$rc"
