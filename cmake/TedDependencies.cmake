@@ -38,6 +38,6 @@ if(NOT TARGET yaml-cpp::yaml-cpp)
 endif()
 find_package(benchmark REQUIRED)               # libbenchmark-dev
 if(TED_BUILD_TESTS)
-  find_package(Catch2 REQUIRED)                # catch2 (v2 on Debian 12)
+  find_package(Catch2 REQUIRED)                # catch2: 2 on Debian 12, 3 on Debian 13
 endif()
 

@@ -17,7 +17,7 @@ OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 "$TED_BUILD/apps/bench_machine" \
   --benchmark_filter='large|cpu_ffn|cpu_block' --benchmark_format=json >"$work/machine.json"
 for op in all_reduce all_to_all; do
   echo "== links: $op on 4 ranks"
-  OPENBLAS_NUM_THREADS=1 mpirun -n 4 --oversubscribe -q "$TED_BUILD/apps/ted_collbench" \
+  OPENBLAS_NUM_THREADS=1 mpirun -n 4 --oversubscribe "$TED_BUILD/apps/ted_collbench" \
     --op "$op" -b 1K -e 4M -f 4 -w 5 -n 30 --csv "$work/$op.csv" >/dev/null
 done
 rate() {  # rate <benchmark name part> <counter> <scale>

@@ -109,7 +109,12 @@ ted_build() {
 }
 
 # OpenMPI refuses to start as root unless told; the machines this runs on log in as root.
+# OpenMPI 4 prints nothing of its own when a rank exits non-zero (mpirun -q, which OpenMPI 5's
+# mpirun lacks: said here in the environment, which OpenMPI 5 ignores).
+# The scripts' ranks share this machine: TCP on loopback only (OpenMPI 5 otherwise warns on each
+# rank that it found no pairing of the machine's interfaces, as on Debian 13 here).
 ted_mpi_env() {
+  export OMPI_MCA_orte_execute_quiet=1 OMPI_MCA_btl_tcp_if_include=lo
   if [ "$(id -u)" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   fi
@@ -146,7 +151,7 @@ ted_run_experiment() {  # <ablation | weak_scaling | strong_scaling | memory> [t
   else
     echo "== $name on 4 ranks (oversubscribed on $(nproc) cores)"
     # One BLAS and one kernel thread per rank: 4 ranks already oversubscribe the cores.
-    OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 mpirun -n 4 --oversubscribe -q "${program[@]}"
+    OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 mpirun -n 4 --oversubscribe "${program[@]}"
   fi
   # The DeepSpeed baseline's rows (baselines/deepspeed/launch.sh), where measured, beside ours.
   local baseline=() deepspeed=$results/$name/deepspeed_$tag.csv

@@ -85,7 +85,8 @@ chmod +x "$work/rsh"
 
 echo "emulated_cluster: $nodes nodes x $per_node ranks, links $rate (latency $delay)" >&2
 status=0
-OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -q --hostfile "$work/hosts" \
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_orte_execute_quiet=1 \
+  mpirun --hostfile "$work/hosts" \
   -n $((nodes * per_node)) --mca plm_rsh_agent "$work/rsh" --mca plm_rsh_no_tree_spawn 1 \
   --mca oob_tcp_if_include "$subnet.0/24" --mca btl_tcp_if_include "$subnet.0/24" \
   --mca btl self,vader,tcp --mca mpi_yield_when_idle 1 -x PATH \

@@ -51,7 +51,7 @@ cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$scratch/build.l
 run_test() {  # <backend|comm> <catch filter or comm> [ranks]; the settings of their CTests
   case $1 in
     backend) timeout 900 "$build/tests/test_backend_emulated" --device cuda "$2" ;;
-    comm) TED_EMU_MEMORY=256M timeout 600 mpirun -n "$3" --oversubscribe -q "$build/tests/test_comm_emulated" \
+    comm) TED_EMU_MEMORY=256M timeout 600 mpirun -n "$3" --oversubscribe "$build/tests/test_comm_emulated" \
       --device cuda --backend "$2" ;;
   esac
 }

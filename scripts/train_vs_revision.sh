@@ -40,7 +40,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 step_seconds() {  # step_seconds <ted_train>: the median seconds per step of one run
-  env $THREAD_ENV mpirun -n "$RANKS" --oversubscribe -q "$1" -c experiments/train/tiny-cpu.yaml \
+  env $THREAD_ENV mpirun -n "$RANKS" --oversubscribe "$1" -c experiments/train/tiny-cpu.yaml \
     --steps "$STEPS" --csv "$work/run.csv" "${args[@]}" >/dev/null
   /usr/bin/python3 - "$work/run.csv" "$SKIP" <<'PY'
 import csv, statistics, sys

@@ -9,7 +9,7 @@
 // one GPU per rank. --staged runs MPI through host staging buffers even on the CPU device, so
 // the staged communicator is tested where there is no GPU (on a GPU, mpi is always staged).
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cstdio>
 #include <fstream>
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   Catch::Session session;
   std::string backend_name = "mpi", device_name = "cpu";
   bool staged = false;
-  using Catch::clara::Opt;
+  using Catch::Clara::Opt;
   session.cli(session.cli() |
               Opt(backend_name, "mpi|nccl")["--backend"]("what carries device buffers") |
               Opt(device_name, "cpu|cuda")["--device"]("where buffers live") |
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   std::string log_path;
   if (mpi.world_rank() != 0) {
     log_path = "test_comm.rank" + std::to_string(mpi.world_rank()) + ".log";
-    session.configData().outputFilename = log_path;
+    ted::test::set_report_file(session, log_path);
   }
   int failed = 0;
   {

@@ -21,7 +21,7 @@ export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1  # 4 ranks on 2 cores: one threa
 ablation=experiments/ablation/cpu.yaml train=experiments/train/tiny-cpu.yaml
 
 ours_ablation() {
-  mpirun -n 4 --oversubscribe -q "$TED_BUILD/apps/ted_ablation" -c "$ablation" \
+  mpirun -n 4 --oversubscribe "$TED_BUILD/apps/ted_ablation" -c "$ablation" \
     --set systems=deepspeed-moe,ted-baseline,ted --csv "$out/ablation_ours.csv" >/dev/null
 }
 deepspeed_ablation() {
@@ -29,7 +29,7 @@ deepspeed_ablation() {
     >/dev/null 2>"$out/.stderr" || { cat "$out/.stderr" >&2; return 1; }
 }
 ours_train() {  # <round>
-  mpirun -n 2 --oversubscribe -q "$TED_BUILD/apps/ted_train" -c "$train" --ep 2 \
+  mpirun -n 2 --oversubscribe "$TED_BUILD/apps/ted_train" -c "$train" --ep 2 \
     --steps "$TRAIN_STEPS" --csv "$out/train_ours_round$1.csv" >/dev/null
 }
 deepspeed_train() {  # <round>
@@ -54,7 +54,7 @@ plots=${TED_PLOTS:-plots}
 for experiment in weak_scaling strong_scaling; do
   echo "== $experiment"
   rm -f "$out/${experiment}_ours.csv" "$out/${experiment}_deepspeed.csv"
-  mpirun -n 4 --oversubscribe -q "$TED_BUILD/apps/ted_$experiment" \
+  mpirun -n 4 --oversubscribe "$TED_BUILD/apps/ted_$experiment" \
     -c "experiments/$experiment/cpu.yaml" --csv "$out/${experiment}_ours.csv" >/dev/null
   baselines/deepspeed/launch.sh -n "1 2 4" -c "experiments/$experiment/cpu.yaml" \
     --csv "$out/${experiment}_deepspeed.csv" >/dev/null 2>"$out/.stderr" ||

@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_checks.sh"
 run() {  # <ranks> <args...>
   local ranks=$1
   shift
-  "$mpirun" -n "$ranks" --oversubscribe -q "$bench" "$@"
+  "$mpirun" -n "$ranks" --oversubscribe "$bench" "$@"
 }
 
 bad_input "unknown option" ted_collbench run 2 --frobnicate 3
@@ -37,7 +37,7 @@ grep -q -- "renamed; use --comm mpi|nccl" "$scratch/err" ||
 # A good run: exit 0, a CSV with a header and one row per size, no wrong elements, and the
 # ledger's bytes per call equal to the formula (all_to_all on 4 ranks: send = recv = bytes).
 good="$scratch/good.csv"
-if "$mpirun" -n 4 --oversubscribe -q "$bench" --op all_to_all -b 1K -e 64K -f 4 -n 2 -w 1 \
+if "$mpirun" -n 4 --oversubscribe "$bench" --op all_to_all -b 1K -e 64K -f 4 -n 2 -w 1 \
   --compare-mpi --csv "$good" >"$scratch/out" 2>"$scratch/err"; then
   rows=$(($(wc -l <"$good") - 1))
   [ "$rows" = 4 ] || fail "good run: $rows rows, expected 4 (1K 4K 16K 64K)"

@@ -32,10 +32,10 @@ tp=1 dp=1
 layout=(--set layout.tp=$tp --set layout.ep=2 --set layout.dp=$dp)
 config=tests/apps/deepspeed_tiny.yaml
 export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1
-"$mpiexec" -n "$ranks" --oversubscribe -q "$build/apps/ted_ablation" -c "$config" "${layout[@]}" \
+"$mpiexec" -n "$ranks" --oversubscribe "$build/apps/ted_ablation" -c "$config" "${layout[@]}" \
   --iters 0 --csv "$work/ours.csv"
 baselines/deepspeed/launch.sh -n "$ranks" -c "$config" "${layout[@]}" --csv "$work/deepspeed.csv"
-"$mpiexec" -n "$ranks" --oversubscribe -q "$build/apps/ted_train" \
+"$mpiexec" -n "$ranks" --oversubscribe "$build/apps/ted_train" \
   -c experiments/train/tiny-cpu.yaml --ep 2 --steps 5 --csv "$work/ours_train.csv" >/dev/null
 baselines/deepspeed/launch.sh -n "$ranks" -c experiments/train/tiny-cpu.yaml \
   --set parallel.ep=2 --steps 5 --csv "$work/deepspeed_train.csv"

@@ -33,8 +33,9 @@ links() { ip -o link show | grep -E ': ted[0-9]+(br|v[0-9]+|p[0-9]+)[@:]' || tru
 for _ in 1 2 3 4 5; do [ -z "$(namespaces)$(links)" ] && break; sleep 1; done
 [ -z "$(namespaces)" ] || { echo "FAIL: namespaces left behind: $(namespaces)"; failures=1; }
 [ -z "$(links)" ] || { echo "FAIL: links left behind: $(links)"; failures=1; }
-# Live processes of the run (zombies, already dead and waiting for init to reap them, aside).
-live() { ps -eo stat=,comm= | awk '$1 !~ /^Z/ && ($2 == "orted" || $2 == "ted_collbench")'; }
+# Live processes of the run (zombies, already dead and waiting for init to reap them, aside);
+# OpenMPI 4 names its daemon orted, 5 prted.
+live() { ps -eo stat=,comm= | awk '$1 !~ /^Z/ && ($2 == "orted" || $2 == "prted" || $2 == "ted_collbench")'; }
 for _ in 1 2 3 4 5; do [ -z "$(live)" ] && break; sleep 1; done
 [ -z "$(live)" ] || { echo "FAIL: processes left behind: $(live)"; failures=1; }
 echo "$failures failed"

@@ -18,7 +18,7 @@ ablation="$root/experiments/ablation/cpu.yaml"
 ranks() {  # <count> <program> <args...>
   local count=$1 program=$2
   shift 2
-  "$mpirun" -n "$count" --oversubscribe -q "$apps/$program" "$@"
+  "$mpirun" -n "$count" --oversubscribe "$apps/$program" "$@"
 }
 sed 's/^  tp: 2/  tpp: 2/' "$ablation" >"$scratch/unknown_key.yaml"
 sed 's/^  iters: 5/  iters: five/' "$ablation" >"$scratch/wrong_type.yaml"

@@ -231,7 +231,7 @@ rows() { /usr/bin/python3 "$root/tests/apps/slurm_rows.py" "$@"; }
 mpirun_ref() {  # <ranks> <threads> <csv> <program> <arguments...>
   local ranks=$1 threads=$2 csv=$3 program=$4
   shift 4
-  TED_NUM_THREADS=$threads mpirun -n "$ranks" --oversubscribe -q "$build/apps/$program" "$@" \
+  TED_NUM_THREADS=$threads mpirun -n "$ranks" --oversubscribe "$build/apps/$program" "$@" \
     --csv "$csv" >/dev/null || fail "mpirun reference $program $*"
 }
 zero_iters=(run.iters=0 run.warmup=0)

@@ -42,7 +42,7 @@ fi
 ranks() {  # <count> <args...>
   local count=$1
   shift
-  "$mpirun" -n "$count" --oversubscribe -q "$train" -c "$config" "$@"
+  "$mpirun" -n "$count" --oversubscribe "$train" -c "$config" "$@"
 }
 bad_input "layout not matching the ranks" ted_train ranks 4 --tp 3
 bad_input "layout multiplying to more ranks" ted_train ranks 4 --tp 2 --ep 2 --dp 2

@@ -18,7 +18,7 @@ config="$root/experiments/train/tiny-cpu.yaml"
   fail "CPU run: $(cat "$scratch/cpu.out")"
 "$emulated" -c "$config" --steps 10 --backend cuda --csv "$scratch/cuda.csv" >"$scratch/cuda.out" 2>&1 ||
   fail "emulated GPU run: $(cat "$scratch/cuda.out")"
-"$mpirun" -n 2 --oversubscribe -q "$emulated" -c "$config" --steps 10 --backend cuda --comm nccl \
+"$mpirun" -n 2 --oversubscribe "$emulated" -c "$config" --steps 10 --backend cuda --comm nccl \
   --dtype bf16 --ep 2 --csv "$scratch/bf16.csv" >"$scratch/bf16.out" 2>&1 ||
   fail "emulated GPU bf16 run on 2 ranks: $(cat "$scratch/bf16.out")"
 /usr/bin/python3 - "$scratch" <<'PY' || fail "losses or rows (above)"

@@ -8,7 +8,7 @@
 //                                 where it does not (the emulated GPU, no cuDNN found), prints
 //                                 why and exits 77
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cstdio>
 #include <memory>
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   Catch::Session session;
   std::string device_name = "cpu";
   bool require_cudnn = false;
-  using Catch::clara::Opt;
+  using Catch::Clara::Opt;
   session.cli(session.cli() | Opt(device_name, "cpu|cuda")["--device"]("the backend under test") |
               Opt(require_cudnn)["--require-cudnn"](
                   "skip (exit 77, saying why) unless cuDNN's attention runs the shapes"));

@@ -2,7 +2,7 @@
 // (kernels/cpu) on random data, in fp32, fp16 and bf16 storage. Inputs are rounded to the
 // storage type before the reference sees them, so the score measures the backend's arithmetic
 // and its output rounding only.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "backend/backend.hpp"
 #include "ted/core/random.hpp"

@@ -2,7 +2,7 @@
 // kernels (kernels/cpu) on random data, in fp32, fp16 and bf16 storage: FlashAttention-2
 // against the materialised attention, and the one-pass element-wise ops (bias + GeLU, GeLU
 // backward + bias gradient, bias + residual) against their parts.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cmath>
 

@@ -2,7 +2,7 @@
 // slots and drops as kernels/cpu/gating.cpp for positional and random priority, noise, top-1/2,
 // dropless), its backward and statistics, dispatch and combine into a padded capacity and their
 // backward, and the experts on an exchange's [sources, experts, rows, h] layout.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cstdlib>
 

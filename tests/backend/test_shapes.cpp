@@ -3,7 +3,7 @@
 // the sums of squares, the overflow check and the routing backward in 16-bit storage; sums of
 // squares that give the same bits every time; and shapes at the paper's scale or past a GPU
 // grid's y limit (65535), where index arithmetic and launch sizes break first.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cmath>
 

@@ -2,7 +2,7 @@
 // seed and initial weights: fp32 tracks the reference step by step (the CPU backend is the
 // reference: exactly); the tiny-cpu config trained for 200 steps in bf16 and in fp16 (with
 // dynamic loss scaling) ends within 5% of fp32's final loss.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // The communicators of the TED grid, device and control alike, hold exactly the ranks the grid
 // says, in its order.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <vector>
 

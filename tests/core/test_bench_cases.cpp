@@ -1,6 +1,6 @@
 // The benchmark's per-collective plug-ins: size rounding, ragged splits, and that the check
 // really finds a wrong element (a check that cannot fail proves nothing).
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <numeric>
 #include <vector>

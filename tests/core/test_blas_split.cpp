@@ -3,7 +3,7 @@
 // rounding of OpenBLAS's edge kernels (another order of the same k products), for each transpose
 // and for shapes that split unevenly; the padding between rows untouched. CTest runs this with
 // TED_NUM_THREADS=2.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <algorithm>
 #include <cmath>

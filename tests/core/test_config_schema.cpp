@@ -1,6 +1,6 @@
 // The config loader's rules for what a user types: finite numbers only, no key twice, files
 // that are files, required keys, paths found from the YAML's folder; and the model's bounds.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <unistd.h>
 
@@ -48,12 +48,12 @@ TEST_CASE("no number key takes inf or nan, from YAML or --set") {
   schema.add("rate", &value);
   for (const char* text : {"inf", "-inf", "nan", "NaN", "1e999", ".inf"})
     CHECK_THAT(error_of([&] { schema.set(std::string("rate=") + text); }),
-               Catch::Contains("'rate' must be a finite number"));
+               Catch::Matchers::ContainsSubstring("'rate' must be a finite number"));
   schema.set("rate=2.5e-3");
   CHECK(value == 2.5e-3);
   const auto path = write("nan.yaml", "rate: .nan\n");
   CHECK_THAT(error_of([&] { schema.load_yaml(path.string()); }),
-             Catch::Contains("must be a finite number, got '.nan'"));
+             Catch::Matchers::ContainsSubstring("must be a finite number, got '.nan'"));
 }
 
 TEST_CASE("a key given twice in one map is refused, not silently taken once") {
@@ -63,19 +63,20 @@ TEST_CASE("a key given twice in one map is refused, not silently taken once") {
   schema.add("model.layers", &layers);
   auto twice = write("twice.yaml", "model:\n  hidden: 32\n  hidden: 64\n");
   CHECK_THAT(error_of([&] { schema.load_yaml(twice.string()); }),
-             Catch::Contains("key 'model.hidden' appears twice (line 3)"));
+             Catch::Matchers::ContainsSubstring("key 'model.hidden' appears twice (line 3)"));
   auto section = write("section.yaml", "model:\n  hidden: 32\nmodel:\n  layers: 2\n");
   CHECK_THAT(error_of([&] { schema.load_yaml(section.string()); }),
-             Catch::Contains("key 'model' appears twice"));
+             Catch::Matchers::ContainsSubstring("key 'model' appears twice"));
 }
 
 TEST_CASE("a config path that is a directory or missing names the path") {
   ted::ConfigSchema schema;
   const auto folder = scratch();
-  CHECK_THAT(error_of([&] { schema.load_yaml(folder.string()); }),
-             Catch::Contains("'" + folder.string() + "' is a directory, not a file"));
+  CHECK_THAT(
+      error_of([&] { schema.load_yaml(folder.string()); }),
+      Catch::Matchers::ContainsSubstring("'" + folder.string() + "' is a directory, not a file"));
   CHECK_THAT(error_of([&] { schema.load_yaml((folder / "none.yaml").string()); }),
-             Catch::Contains("does not exist"));
+             Catch::Matchers::ContainsSubstring("does not exist"));
 }
 
 TEST_CASE("required keys are required, and given() says which were set") {
@@ -89,7 +90,7 @@ TEST_CASE("required keys are required, and given() says which were set") {
   CHECK_THAT(error_of([&] {
                schema.require({"rate", "latency"}, "x.yaml", "no default");
              }),
-             Catch::Contains("x.yaml: key 'latency' is missing (no default)"));
+             Catch::Matchers::ContainsSubstring("x.yaml: key 'latency' is missing (no default)"));
 }
 
 TEST_CASE("a relative path in a YAML is found from the YAML's folder and its parents") {
@@ -112,15 +113,18 @@ TEST_CASE("model and run bounds keep sizes from overflowing") {
     return error_of([&] { c.validate(); });
   };
   CHECK_THAT(with([](auto& c) { c.model.hidden = 600000000; }),
-             Catch::Contains("model.hidden must be at most"));
+             Catch::Matchers::ContainsSubstring("model.hidden must be at most"));
   CHECK_THAT(with([](auto& c) { c.model.hidden = 65536, c.model.heads = 64; }),
-             Catch::Contains("one tensor of"));
+             Catch::Matchers::ContainsSubstring("one tensor of"));
   CHECK_THAT(with([](auto& c) { c.data.micro_batch = 4096, c.model.seq_len = 4096; }),
-             Catch::Contains("one tensor of"));
+             Catch::Matchers::ContainsSubstring("one tensor of"));
   CHECK_THAT(with([](auto& c) { c.model.gate.capacity_factor = 1e300; }),
-             Catch::Contains("gating.capacity_factor"));
-  CHECK_THAT(with([](auto& c) { c.optimizer.lr = 1e300; }), Catch::Contains("optimizer.lr"));
-  CHECK_THAT(with([](auto& c) { c.parallel.tp = -1; }), Catch::Contains("parallel.tp"));
-  CHECK_THAT(with([](auto& c) { c.steps = -3; }), Catch::Contains("training.steps"));
+             Catch::Matchers::ContainsSubstring("gating.capacity_factor"));
+  CHECK_THAT(with([](auto& c) { c.optimizer.lr = 1e300; }),
+             Catch::Matchers::ContainsSubstring("optimizer.lr"));
+  CHECK_THAT(with([](auto& c) { c.parallel.tp = -1; }),
+             Catch::Matchers::ContainsSubstring("parallel.tp"));
+  CHECK_THAT(with([](auto& c) { c.steps = -3; }),
+             Catch::Matchers::ContainsSubstring("training.steps"));
   fs::remove_all(scratch());
 }

@@ -1,5 +1,5 @@
 // 16-bit float conversions (shared by the MPI reductions and the CUDA kernels) and dtype names.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cmath>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // promise, whichever thread claims them and however late one is; nested loops run inline; two
 // threads calling at once both finish; and the default thread count shares an unbound machine
 // among the ranks a launcher started on it. CTest runs this with TED_NUM_THREADS=2.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <atomic>
 #include <chrono>

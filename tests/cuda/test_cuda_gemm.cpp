@@ -5,7 +5,7 @@
 // (the kernel table's own ops are tested per backend in tests/backend). Exits 77 (skipped)
 // without a GPU.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cmath>
 #include <cstdio>

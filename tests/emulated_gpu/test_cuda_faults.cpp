@@ -15,7 +15,7 @@
 // Run with TED_EMU_MEMORY=256M.
 #include <cuda_runtime.h>
 #include <mpi.h>
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <chrono>
 #include <cstdlib>

@@ -8,7 +8,7 @@
 // context) and TED_EMU_MEMORY=256M.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Gradient checks of every operation of the model, and of a whole tiny model, in double
 // precision against central finite differences. Each prints its relative error; the bound is
 // 1e-6 (central differences with eps 1e-5 are accurate to ~1e-9 here).
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <algorithm>
 #include <cmath>

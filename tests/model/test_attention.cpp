@@ -4,7 +4,7 @@
 // and what each keeps for the backward is what the allocator sees: the fused variant's
 // activation peak lacks the [B, heads, S, S] probabilities and holds [B, heads, S] fp32
 // log-sum-exps instead, as the memory model says.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -126,7 +126,8 @@ TEST_CASE("model.attention takes auto, fused or materialized only") {
   c.attention = "auto";
   CHECK_NOTHROW(c.validate());
   c.attention = "flash";
-  CHECK_THROWS_WITH(c.validate(), Catch::Contains("model.attention") && Catch::Contains("flash"));
+  CHECK_THROWS_WITH(c.validate(), Catch::Matchers::ContainsSubstring("model.attention") &&
+                                      Catch::Matchers::ContainsSubstring("flash"));
 }
 
 TEST_CASE("the model says which attention runs: auto is the CPU's FlashAttention-2") {

@@ -2,7 +2,7 @@
 // dropped (by position and by RTS), first choices winning over second, renormalised top-2
 // weights, dropless mode, the noisy second choice, the aux loss value and its rounding, and near
 // ties between logits.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -7,7 +7,7 @@
 // gate_group_sequences = micro_batch gates each micro-batch separately, so its loss (mean over
 // all tokens, aux averaged over the groups) and its gradients equal accumulating the m
 // micro-batches with scale 1/m.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cstring>
 #include <vector>

@@ -13,7 +13,7 @@
 // 16-bit gradients (training.grad_dtype) for the switch sets that move gradients. The global batch
 // is the same for every layout (micro-batches per rank = G / DP), so one reference run per
 // gating serves them all; every rank computes it itself.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // The layout search's ranking: a layout that does not fit is never ranked above one that does,
 // and among those that fit (and those that do not) the faster comes first.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "ted/projection/project.hpp"
 

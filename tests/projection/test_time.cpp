@@ -1,6 +1,6 @@
 // The time model's parts against hand-computed cases: the GEMM shape model, links shared by
 // the groups of a node, and the model FLOPs of % of peak.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "ted/projection/time.hpp"
 

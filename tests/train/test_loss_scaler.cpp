@@ -1,5 +1,5 @@
 // Dynamic loss scaling: overflow skips the step and backs off; clean steps grow the scale.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "ted/train/loss_scaler.hpp"
 
