@@ -342,12 +342,21 @@ for job in "${all[@]}"; do
   scontrol -o show job "$job" | sed -n 's/^JobId=\([0-9]*\).* JobName=\([^ ]*\).*JobState=\([A-Z]*\).*RunTime=\([0-9:]*\).*/job \1 \2: \3 in \4/p'
 done
 
+# The scripts log to slurm/logs/%x-%j.out: %j is the job id, for an array task its own (the id
+# sbatch printed is the array's, which Slurm gives to one of the tasks only).
 log_of() { ls "$root"/slurm/logs/ted-*-"$1".out 2>/dev/null | head -n 1; }
-expect_state() {  # <what> <job> <state>
-  local got
+expect_state() {  # <what> <job> <state>: every task of an array; else the log of each task not in it
+  local got line task state
   got=$(states "$2")
-  [ "$got" = "$3 " ] || fail "$1 (job $2): state '$got', not $3; its log:
-$(cat "$(log_of "$2")" 2>/dev/null | tail -n 40)"
+  [ "$got" = "$3 " ] && return 0
+  fail "$1 (job $2): state '$got', not $3"
+  while read -r line; do
+    state=$(grep -o 'JobState=[A-Z_]*' <<<"$line" | cut -d= -f2)
+    [ "$state" = "$3" ] && continue
+    task=$(sed -n 's/^JobId=\([0-9]*\) .*/\1/p' <<<"$line")
+    echo "job $task$(grep -o ' ArrayTaskId=[0-9]*' <<<"$line"): $state; its log:"
+    tail -n 40 "$(log_of "$task")" 2>/dev/null
+  done < <(scontrol -o show job "$2" 2>/dev/null)
 }
 for name in "${experiments[@]}"; do
   for how in submitted plain; do
