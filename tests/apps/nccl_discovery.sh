@@ -4,10 +4,11 @@
 # (libnccl.so.2 only). Each place is a fake layout in a scratch folder (an empty nccl.h with a
 # version, an empty library file), so the test runs anywhere; where a real nvidia-nccl wheel is
 # installed for some python3 (TED_NCCL_WHEEL_PYTHON), it is found too.
-#   nccl_discovery.sh <source root> <scratch folder>
+#   nccl_discovery.sh <source root> <scratch folder> [CMake generator, as the build's]
 set -uo pipefail
 root=$1
 scratch=$2
+generator=${3:-Ninja}  # a machine may have ninja and no make (Debian 13's root here)
 rm -rf "$scratch" && mkdir -p "$scratch"
 failures=0
 fake() {  # <prefix> <library dir under it> <library file name> <minor version>
@@ -25,7 +26,7 @@ run() {  # <what> <expected line, grep -E> [NCCL_HOME] <toolkit> <system prefix>
   local what=$1 want=$2 home=$3 toolkit=$4 system=$5 pythonpath=${6:-}
   local out
   out=$(env -u NCCL_HOME ${home:+NCCL_HOME=$home} PYTHONPATH="$pythonpath" \
-    cmake -S "$root/tests/cmake/nccl_discovery" -B "$scratch/build-$RANDOM" \
+    cmake -G "$generator" -S "$root/tests/cmake/nccl_discovery" -B "$scratch/build-$RANDOM" \
     -DCUDAToolkit_INCLUDE_DIRS="$toolkit/include" -DCUDAToolkit_LIBRARY_DIR="$toolkit/lib" \
     -DCUDAToolkit_LIBRARY_ROOT="$toolkit" -DTED_NCCL_SYSTEM_PREFIXES="$system" \
     -DTED_NCCL_PYTHON="${TED_NCCL_PYTHON:-$python}" 2>&1 | grep -E "NCCL|Warning" | head -5)
