@@ -204,15 +204,8 @@ int main(int argc, char** argv) {
     ted::bench::print_help();
     return 0;
   }
-  try {
-    if (ted::gpu_count() == 0) {
-      std::printf("SKIPPED: no GPU visible to this process (the CUDA benchmark needs one)\n");
-      return 77;
-    }
-  } catch (const ted::UnusableGpu& e) {  // a GPU that is there but cannot be used: not a skip
-    std::fprintf(stderr, "bench_moe_block_cuda: error: %s\n", e.what());
-    return 2;
-  }
+  if (int rc = ted::gpu_exit_code("bench_moe_block_cuda", "the CUDA benchmark needs one"))
+    return rc;
   g_device = ted::make_gpu_device(0);
   std::printf("# %s; %s; revision %s\n", g_device->name().c_str(),
               kc::CudnnAttention::describe().c_str(), std::string(ted::git_revision()).c_str());

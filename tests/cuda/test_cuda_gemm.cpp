@@ -217,15 +217,7 @@ TEMPLATE_TEST_CASE("GEMMs with an epilogue match CBLAS and the element-wise math
 }
 
 int main(int argc, char** argv) {
-  try {
-    if (ted::gpu_count() == 0) {
-      std::printf("SKIPPED: no GPU visible to this process (the CUDA tests need one)\n");
-      return 77;
-    }
-  } catch (const ted::UnusableGpu& e) {  // a GPU that is there but cannot be used: not a skip
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
+  if (int rc = ted::gpu_exit_code("test_cuda_kernels", "the CUDA tests need one")) return rc;
   g_device = ted::make_gpu_device(0);
   std::printf("GPU: %s\n", g_device->name().c_str());
   const int failed = Catch::Session().run(argc, argv);

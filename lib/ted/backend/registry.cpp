@@ -1,6 +1,7 @@
 #include "ted/backend/registry.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -34,6 +35,17 @@ int gpu_count() {
 #else
   return 0;
 #endif
+}
+
+int gpu_exit_code(const char* program, const char* needs) {
+  try {
+    if (gpu_count() > 0) return 0;
+    std::printf("SKIPPED: no GPU visible to this process (%s)\n", needs);
+    return 77;
+  } catch (const UnusableGpu& e) {  // a GPU that is there but cannot be used: not a skip
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  }
 }
 
 DeviceKind parse_device_kind(std::string_view name) {

@@ -23,6 +23,10 @@ bool cuda_compiled();  // the CUDA backend was built (nvcc found at configure ti
 bool nccl_compiled();  // the NCCL backend was built
 int gpu_count();       // GPUs visible to this process; 0 without CUDA, driver or GPU; UnusableGpu
                        // when the runtime cannot use them (cuda::device_count)
+// For a program that needs a GPU: 0 when one is visible. Otherwise the exit code to end with,
+// after one line saying why: 77 (skipped; "SKIPPED: no GPU visible ... (<needs>)" on stdout)
+// without a GPU, 2 ("<program>: error: ..." on stderr) when the runtime cannot use one.
+int gpu_exit_code(const char* program, const char* needs);
 
 DeviceKind parse_device_kind(std::string_view name);  // "cpu" or "cuda"; ConfigError otherwise
 
