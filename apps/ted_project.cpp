@@ -2,7 +2,7 @@
 // model (lib/ted/projection), and checks the model against measured runs.
 //
 //   ted_project experiment -c experiments/ablation/paper.yaml --cluster
-//   experiments/clusters/v100.yaml
+//   experiments/clusters/summit.yaml
 //       the experiment's points projected: the experiments' CSV columns, backend
 //       "projected:<cluster>", plus <csv>.assumptions.txt
 //   ted_project search -c experiments/ablation/paper.yaml --cluster ... --gpus 128
@@ -30,8 +30,8 @@
 #include "ted/core/git_revision.hpp"
 #include "ted/core/stats.hpp"
 #include "ted/core/units.hpp"
+#include "ted/experiments/projected.hpp"
 #include "ted/experiments/rows.hpp"
-#include "ted/projection/project.hpp"
 
 namespace ex = ted::experiments;
 namespace pj = ted::projection;
@@ -146,10 +146,10 @@ std::string memory_terms(const std::vector<ex::Point>& points, const pj::Cluster
       "  (w + g + s/D) N_e, the paper's count (s = 12 in mixed precision), for comparison.\n";
   char buffer[1024];
   for (const auto& point : points) {
-    const pj::StepShape shape = pj::shape_of(point, dtype);
+    const pj::StepShape shape = ex::shape_of(point, dtype);
     const pj::MemoryEstimate e = pj::step_memory(shape);
     const pj::ParameterParts parts =
-        pj::parameter_parts(shape.model, shape.layout, shape.parallel.split_experts);
+        pj::parameter_parts(shape.model, shape.layout, pj::exchange_of(shape).split);
     const double w = static_cast<double>(shape.element_bytes);
     const double g = static_cast<double>(shape.grad_bytes());
     const double state = (shape.element_bytes < 4 ? 3.0 : 2.0) * shape.master_bytes();
@@ -369,7 +369,7 @@ int main(int argc, char** argv) {
         // memory experiment's against its own budget.
         if (plan.points[i].budget < 0)
           plan.points[i].budget = static_cast<std::int64_t>(cluster.memory_bytes);
-        auto result = pj::project(plan.points[i], cluster, config.train.run.dtype);
+        auto result = ex::project(plan.points[i], cluster, config.train.run.dtype);
         ex::print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()),
                            plan.points[i], result);
         const auto budget = static_cast<std::uint64_t>(plan.points[i].budget);
@@ -399,7 +399,7 @@ int main(int argc, char** argv) {
                                ": the search compares layouts at one global batch: give "
                                "--global-batch, data.global_batch, or layout.ep and layout.dp");
       int left_out = 0;
-      auto candidates = pj::search(config, gpus, cluster, global_batch, &left_out);
+      auto candidates = ex::search(config, gpus, cluster, global_batch, &left_out);
       if (candidates.empty())
         throw ted::ConfigError(where + ": no layout of " + std::to_string(gpus) +
                                " GPUs splits this model at a global batch of " +
@@ -451,7 +451,7 @@ int main(int argc, char** argv) {
       ted::Layout layout{std::stoi(row.at("T")), std::stoi(row.at("Ep")), std::stoi(row.at("D"))};
       auto point =
           ex::make_point(config, ex::parse_system(row.at("system"), measured), layout, train);
-      const auto t = pj::step_time(pj::shape_of(point, config.train.run.dtype), cluster);
+      const auto t = pj::step_time(ex::shape_of(point, config.train.run.dtype), cluster);
       const double measured_ms = std::stod(row.at("time_ms_median"));
       const double error = (t.total() * 1e3 - measured_ms) / measured_ms;
       errors.push_back(std::abs(error));

@@ -21,6 +21,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/test_env.hpp"
@@ -487,6 +488,7 @@ namespace {
 ted::Ledger ledger_of_step(ted::TedGroups& groups, const ted::train::TrainConfig& config,
                            double* flops = nullptr) {
   ted::Ledger ledger;
+  ledger.set_keep_entries(true);
   for (auto kind : {ted::GroupKind::tensor, ted::GroupKind::expert, ted::GroupKind::expert_data,
                     ted::GroupKind::nonexpert_data})
     groups.group(kind).set_ledger(&ledger);
@@ -631,21 +633,35 @@ TEST_CASE("allocator: tiles bound the optimizer temporaries; the CAC stash equal
 }
 
 namespace {
-// What the projection sees of a training config on a layout.
-ted::projection::StepShape shape_of(const ted::train::TrainConfig& config,
-                                    const ted::Layout& layout) {
-  ted::projection::StepShape shape;
-  shape.model = config.model;
-  shape.micro_batch = config.data.micro_batch;
-  shape.micro_batches = config.data.micro_batches;
-  shape.layout = layout;
-  shape.parallel = config.parallel;
-  shape.element_bytes = config.run.dtype == "fp32" ? 4 : 2;
-  return shape;
+using ted::projection::shape_of;
+
+// The step plan's collectives (projection/step.hpp) against a real step's ledger: call by call
+// (every (op, group, bytes sent, bytes received) as often in the ledger as in the plan), and so
+// the totals per op and group the traffic model reports.
+void check_plan_against_ledger(const ted::Ledger& ledger, const ted::projection::StepShape& shape) {
+  using Call = std::tuple<int, int, std::uint64_t, std::uint64_t>;
+  std::map<Call, std::uint64_t> planned, issued;
+  for (const auto& c : ted::projection::step_collectives(shape))
+    planned[{int(c.op), int(c.group), c.bytes_sent, c.bytes_recv}] += c.calls;
+  for (const auto& e : ledger.entries())
+    issued[{int(e.op), int(e.group), e.bytes_sent, e.bytes_recv}]++;
+  CHECK(planned == issued);
+  const auto predicted = ted::projection::step_traffic(shape);
+  for (std::size_t op = 0; op < ted::kCollectiveOpCount; ++op)
+    for (auto group : {ted::GroupKind::tensor, ted::GroupKind::expert, ted::GroupKind::expert_data,
+                       ted::GroupKind::nonexpert_data}) {
+      auto kind = static_cast<ted::CollectiveOp>(op);
+      INFO(ted::to_string(kind) << " on the " << ted::to_string(group) << " group");
+      const auto& measured = ledger.total(kind, group);
+      const auto& model = ted::projection::at(predicted, kind, group);
+      CHECK(model.calls == measured.calls);
+      CHECK(model.bytes_sent == measured.bytes_sent);
+      CHECK(model.bytes_recv == measured.bytes_recv);
+    }
 }
 }  // namespace
 
-TEST_CASE("the traffic and FLOP models equal the ledger and the model's own count") {
+TEST_CASE("the step plan's collectives and FLOPs equal the ledger and the model's own count") {
   auto& world = ted::test::world();
   const int G = world.size();
   for (int top_k : {1, 2}) {
@@ -664,19 +680,7 @@ TEST_CASE("the traffic and FLOP models equal the ledger and the model's own coun
           // The compute model counts the FLOPs the model ran.
           CHECK(ted::projection::step_flops(shape_of(config, layout)) ==
                 Approx(flops).epsilon(1e-12));
-
-          const auto predicted = ted::projection::step_traffic(shape_of(config, layout));
-          for (std::size_t op = 0; op < ted::kCollectiveOpCount; ++op)
-            for (auto group : {ted::GroupKind::tensor, ted::GroupKind::expert,
-                               ted::GroupKind::expert_data, ted::GroupKind::nonexpert_data}) {
-              auto kind = static_cast<ted::CollectiveOp>(op);
-              INFO(ted::to_string(kind) << " on the " << ted::to_string(group) << " group");
-              const auto& measured = ledger.total(kind, group);
-              const auto& model = ted::projection::at(predicted, kind, group);
-              CHECK(model.calls == measured.calls);
-              CHECK(model.bytes_sent == measured.bytes_sent);
-              CHECK(model.bytes_recv == measured.bytes_recv);
-            }
+          check_plan_against_ledger(ledger, shape_of(config, layout));
         }
     }
   }
@@ -809,16 +813,7 @@ TEST_CASE("overlap in 2 and 3 chunks equals the single-process reference") {
           auto one_step = config;
           one_step.data.micro_batches = 2;
           const auto ledger = ledger_of_step(groups, one_step);
-          const auto predicted = ted::projection::step_traffic(shape_of(one_step, layout));
-          for (std::size_t op = 0; op < ted::kCollectiveOpCount; ++op)
-            for (auto group : {ted::GroupKind::tensor, ted::GroupKind::expert}) {
-              auto kind = static_cast<ted::CollectiveOp>(op);
-              INFO(ted::to_string(kind) << " on the " << ted::to_string(group) << " group");
-              const auto& measured = ledger.total(kind, group);
-              const auto& model = ted::projection::at(predicted, kind, group);
-              CHECK(model.calls == measured.calls);
-              CHECK(model.bytes_sent == measured.bytes_sent);
-            }
+          check_plan_against_ledger(ledger, shape_of(one_step, layout));
           if (on_cpu()) {  // memory: the chunks live in the plain exchange's buffers
             ted::TrackingDevice tracked(ted::test::device());
             check_memory_model(one_step, layout, groups, tracked);

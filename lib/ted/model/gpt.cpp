@@ -43,8 +43,8 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   config_.validate();
   if (parallel_.tensor) T_ = parallel_.tensor->size(), t_ = parallel_.tensor->rank();
   if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
-  check_layout(config_, T_, Ep_, parallel_.dtd, parallel_.reduce_scatter, parallel_.cac,
-               parallel_.cac_all_reduce);
+  check_layout(config_, T_, Ep_, parallel_.exchange.dtd, parallel_.exchange.reduce_scatter,
+               parallel_.cac, parallel_.cac_all_reduce);
   // 16-bit gradients are the weights' own type (the kernels round once into it); a library
   // user who builds the model directly gets the trainer's rule.
   const bool storage_gradients = config_.grad_dtype != "fp32";
@@ -96,7 +96,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
     ids.moe = config_.is_moe(l);
     if (ids.moe) {
       ids.gate_w = add(p + "moe.gate.w", {h, E}, ParamInit::normal, true);
-      const DimSlice expert_f = parallel_.split_experts ? part(f) : all;
+      const DimSlice expert_f = parallel_.exchange.split_experts ? part(f) : all;
       ids.e_w1 = add(p + "moe.w1", {E, h, f}, ParamInit::normal, true, {experts, all, expert_f}, X);
       ids.e_b1 = add(p + "moe.b1", {E, f}, ParamInit::zeros, false, {experts, expert_f}, X);
       ids.e_w2 = add(p + "moe.w2", {E, f, h}, ParamInit::normal, true, {experts, expert_f}, X);
@@ -142,13 +142,10 @@ MoeExchange GptModel<T>::moe_exchange(bool recompute) const {
   x.expert = Ep_ > 1 ? parallel_.expert : nullptr;
   x.expert_control = Ep_ > 1 ? parallel_.expert_control : nullptr;
   x.tensor = T_ > 1 ? parallel_.tensor : nullptr;
-  x.dtd = parallel_.dtd;
-  x.reduce_scatter = parallel_.reduce_scatter;
-  x.split_experts = parallel_.split_experts;
+  x.switches = parallel_.exchange;
   x.keep_stash = parallel_.cac && !recompute;
   x.reuse_stash = parallel_.cac && recompute;
   x.stash_reduction = parallel_.cac_all_reduce && T_ > 1;  // nothing to reduce on one rank
-  x.overlap = parallel_.overlap;
   return x;
 }
 
@@ -224,7 +221,7 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   double flops = 2.0 * N * h * 3 * hl + 2.0 * N * hl * h + 4.0 * B * Hl * S * S * (hl / Hl);
   if (ids.moe) {
     const int groups = B / group_sequences_, group_tokens = group_sequences_ * S;
-    const MoeShape shape{group_tokens, h, parallel_.split_experts ? fl : config_.ffn(),
+    const MoeShape shape{group_tokens, h, parallel_.exchange.split_experts ? fl : config_.ffn(),
                          config_.gate.experts};
     const MoeExchange exchange = moe_exchange(recompute);
     a.moe.resize(groups);
@@ -240,9 +237,7 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
       a.aux += static_cast<M>(stats.aux);
       a.dropped += stats.dropped;
       // Unsplit experts compute on their tensor rank's capacity slice only.
-      const int rows = parallel_.split_experts || T_ == 1 ? a.moe[g].padded_capacity
-                                                          : a.moe[g].padded_capacity / T_;
-      flops += moe_forward_flops(shape, config_.gate.experts * rows);
+      flops += moe_forward_flops(shape, config_.gate.experts * a.moe[g].plan.expert_rows());
     }
     a.aux /= groups;
   } else {
@@ -301,7 +296,7 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   Tensor<T> d_ln2 = zeros<T>(device_, Nh);
   if (ids.moe) {  // its input gradient comes out whole: the layer reduces it internally
     const int groups = static_cast<int>(a.moe.size()), group_tokens = group_sequences_ * S;
-    const MoeShape shape{group_tokens, h, parallel_.split_experts ? fl : config_.ffn(),
+    const MoeShape shape{group_tokens, h, parallel_.exchange.split_experts ? fl : config_.ffn(),
                          config_.gate.experts};
     MoeGrads<M> grads{P.grad(ids.gate_w), P.grad(ids.e_w1), P.grad(ids.e_b1), P.grad(ids.e_w2),
                       P.grad(ids.e_b2)};

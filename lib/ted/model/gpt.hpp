@@ -50,15 +50,13 @@ struct Losses {
 struct ModelParallel {
   Communicator* tensor = nullptr;  // Megatron tensor parallelism (size T); null: T = 1
   Communicator* expert = nullptr;  // expert parallelism, the all-to-alls (size Ep); null: Ep = 1
-  bool dtd = false;                // Duplicate Token Dropping
-  bool reduce_scatter = false;     // reduce-scatter instead of all-reduce + slice (needs dtd)
-  bool cac = false;                // communication-aware checkpointing (needs checkpointing)
-  bool cac_all_reduce = false;     // CAC also keeps the tensor all-reduce outputs (needs cac)
-  int overlap = 1;                 // the MoE exchange in chunks (MoeExchange::overlap)
-  // Experts tensor-parallel over T (TED). false: whole experts, each tensor rank running its
-  // 1/T share of the capacity; their gradients must then be summed over the tensor group.
-  bool split_experts = true;
-  std::size_t dense_pad = 1;  // flat-buffer padding: the data groups' sizes (ZeRO-1)
+  // DTD, reduce-scatter instead of all-reduce + slice (needs dtd), the overlap's chunks, and
+  // whether the experts are tensor-parallel over T (TED; else whole experts, each tensor rank
+  // running its 1/T share of the capacity, their gradients then summed over the tensor group).
+  ExchangeSwitches exchange;
+  bool cac = false;             // communication-aware checkpointing (needs checkpointing)
+  bool cac_all_reduce = false;  // CAC also keeps the tensor all-reduce outputs (needs cac)
+  std::size_t dense_pad = 1;    // flat-buffer padding: the data groups' sizes (ZeRO-1)
   std::size_t expert_pad = 1;
   // The expert group's host MPI communicator (TedGroups::control): the dropless capacity is
   // agreed over it, outside the ledger. Needed with `expert` and gating.dropless.

@@ -19,50 +19,11 @@ int rank_of(const Communicator* comm) {
   return comm ? comm->rank() : 0;
 }
 
-// Geometry of one layer's exchange.
-struct Plan {
-  int E, El, Ep, T, t, h, f, C, Cp, Cs;
-  bool slicing;  // on a real tensor group, the all-to-alls carry capacity slice t only
-  bool split;    // experts tensor-parallel (else whole experts on the slice)
-  bool reduce_scatter;
-  std::size_t blocks() const { return static_cast<std::size_t>(Ep) * El; }  // = E
-  int sent_capacity() const { return slicing ? Cs : Cp; }
-  int expert_rows() const { return split ? Cp : sent_capacity(); }  // R
-};
+using Plan = ExchangePlan;
 
 Plan make_plan(const MoeShape& shape, const MoeExchange& x, int capacity) {
-  Plan p{};
-  p.E = shape.experts;
-  p.Ep = size_of(x.expert);
-  p.El = p.E / p.Ep;
-  p.T = size_of(x.tensor);
-  p.t = rank_of(x.tensor);
-  p.h = shape.hidden;
-  p.f = shape.ffn_local;
-  p.C = capacity;
-  p.split = x.split_experts || p.T == 1;
-  p.slicing = (x.dtd || !p.split) && p.T > 1;
-  p.reduce_scatter = p.slicing && p.split && x.reduce_scatter;
-  p.Cp = p.slicing ? (capacity + p.T - 1) / p.T * p.T : capacity;
-  p.Cs = p.slicing ? p.Cp / p.T : p.Cp;
-  return p;
-}
-
-// The exchange in chunks along the capacity each rank sends (MoeExchange::overlap): chunk c
-// carries rows [begin(c), begin(c + 1)) of every block of the sent capacity, so chunk c's
-// experts can run while chunk c + 1 is in flight. One chunk is the plain exchange.
-struct Chunking {
-  int n = 1;   // chunks: the overlap asked for, at most one per capacity row
-  int Cs = 0;  // the sent capacity they split
-  int begin(int c) const { return static_cast<int>(static_cast<long long>(Cs) * c / n); }
-  int rows(int c) const { return begin(c + 1) - begin(c); }
-};
-
-Chunking chunking(const Plan& p, int overlap) {
-  Chunking k;
-  k.Cs = p.sent_capacity();
-  k.n = std::max(1, std::min(overlap, k.Cs));
-  return k;
+  return exchange_plan(shape.experts, shape.hidden, shape.ffn_local, size_of(x.expert),
+                       size_of(x.tensor), rank_of(x.tensor), x.switches, capacity);
 }
 
 // A chunk's own plan: the layer's, with the sent capacity cut to the chunk's rows.
@@ -71,13 +32,14 @@ Plan chunk_plan(const Plan& p, int rows) {
   q.Cs = rows;
   q.Cp = p.slicing ? rows * p.T : rows;
   q.C = q.Cp;
+  q.chunks = 1;
   return q;
 }
 
 // The buffers of the exchange hold their chunks one after the other, each [blocks, mult x rows
 // of the chunk, width]: where chunk c starts.
-std::size_t chunk_at(const Chunking& k, int c, std::size_t blocks, int mult, int width) {
-  return blocks * static_cast<std::size_t>(mult) * static_cast<std::size_t>(k.begin(c)) *
+std::size_t chunk_at(const Plan& k, int c, std::size_t blocks, int mult, int width) {
+  return blocks * static_cast<std::size_t>(mult) * static_cast<std::size_t>(k.chunk_begin(c)) *
          static_cast<std::size_t>(width);
 }
 
@@ -87,9 +49,9 @@ struct ChunkView {
   std::size_t at, at_rows, at_f;  // its start in sent-row, expert-row and hidden buffers
 };
 
-ChunkView view_of(const Plan& p, const Chunking& k, int c, int mult) {
+ChunkView view_of(const Plan& p, const Plan& k, int c, int mult) {
   const std::size_t blocks = p.blocks();
-  return {chunk_plan(p, k.rows(c)), mult * k.rows(c), chunk_at(k, c, blocks, 1, p.h),
+  return {chunk_plan(p, k.chunk_rows(c)), mult * k.chunk_rows(c), chunk_at(k, c, blocks, 1, p.h),
           chunk_at(k, c, blocks, mult, p.h), chunk_at(k, c, blocks, mult, p.f)};
 }
 
@@ -214,19 +176,19 @@ void to_expert_rows(Device& device, Communicator* tensor, const T* arrived, T* r
 // copied (rows begin(c) ...).
 template <typename T>
 void place_chunk(Device& device, Communicator* tensor, const T* chunk, T* full, const Plan& p,
-                 const Chunking& k, int c, std::size_t blocks) {
-  const int rows = k.rows(c);
+                 const Plan& k, int c, std::size_t blocks) {
+  const int rows = k.chunk_rows(c);
   if (!p.slicing) {
     const std::size_t row = static_cast<std::size_t>(p.h) * sizeof(T);
-    device.copy_2d(full + static_cast<std::size_t>(k.begin(c)) * p.h, p.Cp * row, chunk, rows * row,
-                   rows * row, blocks);
+    device.copy_2d(full + static_cast<std::size_t>(k.chunk_begin(c)) * p.h, p.Cp * row, chunk,
+                   rows * row, rows * row, blocks);
     return;
   }
   std::size_t count = blocks * rows * p.h;
   MemoryScope scope(device, MemoryCategory::communication);
   Tensor<T> ranks(device, count * static_cast<std::size_t>(p.T));
   tensor->all_gather(chunk, ranks.data(), count, dtype<T>());
-  place_slices(device, ranks.data(), full, p.T, rows, k.begin(c), p.Cs, p.Cp, p.h, blocks);
+  place_slices(device, ranks.data(), full, p.T, rows, k.chunk_begin(c), p.Cs, p.Cp, p.h, blocks);
 }
 
 // Reduce-scatter of [blocks, Cp, h] partial sums in the tensor group -> my [blocks, Cs, h].
@@ -265,8 +227,8 @@ T* exchange_output(Device& device, const MoeExchange& x, std::size_t count, Tens
 // Whether the experts run one block at a time with a progress call after each, so that MPI
 // moves the all-to-alls in flight meanwhile: a chunked exchange over an expert group, on the CPU
 // (a GPU's transfers move by themselves). The memory model counts the scratch this way too.
-bool block_by_block(const Chunking& k, const MoeExchange& x, const Device& device) {
-  return k.n > 1 && x.expert != nullptr && device.kind() == DeviceKind::cpu;
+bool block_by_block(const Plan& k, const MoeExchange& x, const Device& device) {
+  return k.chunks > 1 && x.expert != nullptr && device.kind() == DeviceKind::cpu;
 }
 
 // Per block of this rank's expert rows [Ep sources, El local experts]: the slots that source's
@@ -292,18 +254,18 @@ std::vector<std::int32_t> exchange_kept(const Routing<M>& r, const MoeExchange& 
 }
 
 // The rows of each block of chunk c's expert rows that can hold tokens, as a prefix (an upper
-// bound when a slice in between is empty). The chunk's rows are `mult` segments of k.rows(c);
-// segment s holds capacity slots first + i, where first is k.begin(c) in the capacity slice the
-// segment came from (DTD: slice s, gathered for split experts; whole experts: this rank's slice
+// bound when a slice in between is empty). The chunk's rows are `mult` segments of k.chunk_rows(c);
+// segment s holds capacity slots first + i, where first is k.chunk_begin(c) in the capacity slice
+// the segment came from (DTD: slice s, gathered for split experts; whole experts: this rank's slice
 // t), and a block's kept slots are 0 .. kept - 1. Empty when `kept` is.
 std::vector<std::int32_t> used_rows(const std::vector<std::int32_t>& kept, const Plan& p,
-                                    const Chunking& k, int c, int mult) {
+                                    const Plan& k, int c, int mult) {
   std::vector<std::int32_t> used(kept.size(), 0);
-  const int rows = k.rows(c);
+  const int rows = k.chunk_rows(c);
   for (std::size_t b = 0; b < kept.size(); ++b)
     for (int s = 0; s < mult; ++s) {
       const int slice = p.slicing ? (p.split ? s : p.t) : 0;
-      const long long first = static_cast<long long>(slice) * p.Cs + k.begin(c);
+      const long long first = static_cast<long long>(slice) * p.Cs + k.chunk_begin(c);
       const auto in_segment = static_cast<int>(std::clamp<long long>(kept[b] - first, 0, rows));
       if (in_segment > 0) used[b] = s * rows + in_segment;
     }
@@ -404,7 +366,7 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
       exchange_capacity(shape, config, exchange_cfg, acts.routing.capacity, acts);
   const Routing<M>& r = acts.routing;
   const Plan p = make_plan(shape, exchange_cfg, r.capacity);
-  acts.padded_capacity = p.Cp;
+  acts.plan = p;
   const std::size_t blocks = p.blocks();
   const std::size_t full = blocks * p.Cp * h, sent = blocks * p.sent_capacity() * h;
 
@@ -414,17 +376,17 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
 
   // Dispatch exchange: [E, Cp, h] -> this rank's experts' [Ep, El, R, h], in chunks along the
   // sent capacity (one without overlap). Every buffer holds its chunks one after the other.
-  const Chunking k = chunking(p, exchange_cfg.overlap);
+  const Plan& k = p;  // its chunks
   const int R = p.expert_rows();
   const int mult = p.slicing && p.split ? p.T : 1;  // expert rows per sent row
   Tensor<T> send;
   const T* to_send = acts.dispatched.data();
-  if (p.slicing || k.n > 1) {
+  if (p.slicing || k.chunks > 1) {
     MemoryScope scope(device, MemoryCategory::communication);
     send = Tensor<T>(device, sent);
-    for (int c = 0; c < k.n; ++c)
+    for (int c = 0; c < k.chunks; ++c)
       take_rows(device, acts.dispatched.data(), send.data() + chunk_at(k, c, blocks, 1, h),
-                (p.slicing ? p.t * p.Cs : 0) + k.begin(c), k.rows(c), p.Cp, h, blocks);
+                (p.slicing ? p.t * p.Cs : 0) + k.chunk_begin(c), k.chunk_rows(c), p.Cp, h, blocks);
     to_send = send.data();
   }
   Tensor<T> received;
@@ -449,17 +411,17 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
   acts.returned = Tensor<T>(device, full);
 
   const bool communicate = !exchange_cfg.reuse_stash;
-  InFlight flight(k.n);  // first: the dispatch all-to-alls, second: the returns
+  InFlight flight(k.chunks);  // first: the dispatch all-to-alls, second: the returns
   auto start_dispatch = [&](int c) {
     const std::size_t at = chunk_at(k, c, blocks, 1, h);
     if (communicate)
       flight.first[c] = exchange_start(device, exchange_cfg.expert, to_send + at, arrived + at,
-                                       blocks * k.rows(c) * h / p.Ep, p.Ep);
+                                       blocks * k.chunk_rows(c) * h / p.Ep, p.Ep);
   };
   start_dispatch(0);
   std::size_t reduced_at = 0;  // where chunk c's tensor reduction sits in the reduction stash
-  for (int c = 0; c < k.n; ++c) {
-    if (c + 1 < k.n) start_dispatch(c + 1);
+  for (int c = 0; c < k.chunks; ++c) {
+    if (c + 1 < k.chunks) start_dispatch(c + 1);
     finish(flight.first[c]);
     const ChunkView v = view_of(p, k, c, mult);
     const Plan& q = v.q;
@@ -504,10 +466,10 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
     if (!p.split) {  // whole experts on my slice: nothing to reduce
       add_expert_bias(out, Rc);
     } else if (p.reduce_scatter) {
-      reduce_or_reuse(back.data() + at, blocks * k.rows(c) * h, [&] {
+      reduce_or_reuse(back.data() + at, blocks * k.chunk_rows(c) * h, [&] {
         reduce_scatter_slices(device, exchange_cfg.tensor, out, back.data() + at, q, blocks);
       });
-      add_expert_bias(back.data() + at, k.rows(c));
+      add_expert_bias(back.data() + at, k.chunk_rows(c));
       to_return = back.data() + at;
     } else {
       const std::size_t count = blocks * q.Cp * h;
@@ -520,9 +482,9 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
     }
     if (communicate)
       flight.second[c] = exchange_start(device, exchange_cfg.expert, to_return, came_back + at,
-                                        blocks * k.rows(c) * h / p.Ep, p.Ep);
+                                        blocks * k.chunk_rows(c) * h / p.Ep, p.Ep);
   }
-  for (int c = 0; c < k.n; ++c) {
+  for (int c = 0; c < k.chunks; ++c) {
     finish(flight.second[c]);
     place_chunk(device, exchange_cfg.tensor, came_back + chunk_at(k, c, blocks, 1, h),
                 acts.returned.data(), p, k, c, blocks);
@@ -553,7 +515,7 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
   // Return exchange backward: my slice, all-to-all, then all-gather (the slice's gradient);
   // the experts' backward; the dispatch exchange backward: the column-parallel input gradient
   // summed over the tensor group, my slice, all-to-all back, all-gather. Chunked as the forward.
-  const Chunking k = chunking(p, exchange_cfg.overlap);
+  const Plan& k = p;  // its chunks
   const int R = p.expert_rows();
   const int mult = p.slicing && p.split ? p.T : 1;
   Tensor<T> d_slice, d_back;  // each chunk's region carries both of its exchanges in turn
@@ -562,21 +524,21 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
     d_slice = Tensor<T>(device, sent);
     d_back = Tensor<T>(device, sent);
   }
-  for (int c = 0; c < k.n; ++c)
+  for (int c = 0; c < k.chunks; ++c)
     take_rows(device, d_returned.data(), d_slice.data() + chunk_at(k, c, blocks, 1, h),
-              (p.slicing ? p.t * p.Cs : 0) + k.begin(c), k.rows(c), p.Cp, h, blocks);
+              (p.slicing ? p.t * p.Cs : 0) + k.chunk_begin(c), k.chunk_rows(c), p.Cp, h, blocks);
   const std::size_t rows = blocks * R * h;
   Tensor<T> d_out(device, rows);
   Tensor<T> d_in(device, rows);
-  InFlight flight(k.n);  // first: the return exchange's gradient, second: the dispatch's
+  InFlight flight(k.chunks);  // first: the return exchange's gradient, second: the dispatch's
   auto start_first = [&](int c) {
     const std::size_t at = chunk_at(k, c, blocks, 1, h);
     flight.first[c] = exchange_start(device, exchange_cfg.expert, d_slice.data() + at,
-                                     d_back.data() + at, blocks * k.rows(c) * h / p.Ep, p.Ep);
+                                     d_back.data() + at, blocks * k.chunk_rows(c) * h / p.Ep, p.Ep);
   };
   start_first(0);
-  for (int c = 0; c < k.n; ++c) {
-    if (c + 1 < k.n) start_first(c + 1);
+  for (int c = 0; c < k.chunks; ++c) {
+    if (c + 1 < k.chunks) start_first(c + 1);
     finish(flight.first[c]);
     const ChunkView v = view_of(p, k, c, mult);
     const Plan& q = v.q;
@@ -605,10 +567,10 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
         copy(device, slice, g_in, blocks * q.Cp * h);
     }
     flight.second[c] = exchange_start(device, exchange_cfg.expert, slice, d_back.data() + at,
-                                      blocks * k.rows(c) * h / p.Ep, p.Ep);
+                                      blocks * k.chunk_rows(c) * h / p.Ep, p.Ep);
   }
   Tensor<T> d_dispatched(device, full);
-  for (int c = 0; c < k.n; ++c) {
+  for (int c = 0; c < k.chunks; ++c) {
     finish(flight.second[c]);
     place_chunk(device, exchange_cfg.tensor, d_back.data() + chunk_at(k, c, blocks, 1, h),
                 d_dispatched.data(), p, k, c, blocks);

@@ -26,6 +26,7 @@
 #include "ted/backend/ops.hpp"
 #include "ted/comm/communicator.hpp"
 #include "ted/device/tensor.hpp"
+#include "ted/model/exchange_plan.hpp"
 #include "ted/routing/gating.hpp"
 
 namespace ted::model {
@@ -53,18 +54,16 @@ struct MoeGrads {  // in the master type
 struct MoeExchange {
   Communicator* expert = nullptr;  // all-to-alls (size Ep); null: Ep = 1
   Communicator* tensor = nullptr;  // expert tensor parallelism and DTD (size T); null: T = 1
-  bool dtd = false;
-  bool reduce_scatter = false;
-  bool split_experts = true;
+  // DTD, reduce-scatter, split experts and the overlap's chunks (exchange_plan.hpp). Overlap:
+  // every collective of the exchange in chunks along the capacity each rank sends; chunk c's
+  // experts run while chunk c + 1's dispatch all-to-all and the earlier chunks' returns are in
+  // flight (nonblocking; on the CPU the experts run one block at a time and let MPI progress in
+  // between). The same bytes in n times the calls; buffers hold the chunks one after the other,
+  // so memory is as without overlap.
+  ExchangeSwitches switches;
   bool keep_stash = false;       // CAC, first forward: keep the all-to-all outputs
   bool reuse_stash = false;      // CAC, recompute: use them instead of communicating
   bool stash_reduction = false;  // CAC also keeps the expert output's tensor reduction
-  // Overlap: every collective of the exchange in this many chunks along the capacity each rank
-  // sends (at most one per row); chunk c's experts run while chunk c + 1's dispatch all-to-all
-  // and the earlier chunks' returns are in flight (nonblocking; on the CPU the experts run one
-  // block at a time and let MPI progress in between). The same bytes in n times the calls;
-  // buffers hold the chunks one after the other, so memory is as without overlap.
-  int overlap = 1;
   // The expert group's host MPI communicator (TedGroups::control), outside the ledger: for the
   // dropless capacity the group agrees on, and for the slots each routing filled per expert, so
   // the experts leave the empty ones out. Needed with `expert` and dropless; without it the
@@ -75,8 +74,8 @@ struct MoeExchange {
 template <typename T>
 struct MoeActivations {
   Routing<master_t<T>> routing;
-  int padded_capacity = 0;  // capacity rounded up to a multiple of T under DTD
-  Tensor<T> dispatched;     // [E, Cp, h]
+  ExchangePlan plan;     // the layer's exchange at the routing's capacity
+  Tensor<T> dispatched;  // [E, Cp, h]
   // [Ep, E/Ep, R, h] what this rank's experts compute on (R = Cp, or Cp/T unsplit)
   Tensor<T> expert_in;
   Tensor<T> hidden;           // [Ep, E/Ep, R, f/T] before GeLU

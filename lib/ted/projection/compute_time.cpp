@@ -10,16 +10,17 @@ namespace ted::projection {
 
 namespace {
 
-// The sizes the counts below use, for one micro-batch on one rank.
+// The sizes the counts below use, for one micro-batch on one rank; the MoE layers' from the
+// exchange plan (step.hpp).
 struct Dims {
-  double T, B, S, N, h, hl, Hl, dh, fl, E, Ep, K, V, Cp, expert_f, expert_rows;
+  double T, B, S, N, h, hl, Hl, dh, fl, E, Ep, K, V, expert_f, expert_rows;
   double full, sent;  // the dispatch buffer E x Cp x h, and what one rank sends of it
   bool split, slicing;
 };
 
 Dims dims_of(const StepShape& s) {
   const auto& m = s.model;
-  const auto& p = s.parallel;
+  const model::ExchangePlan x = exchange_of(s);
   Dims d{};
   d.T = s.layout.tensor;
   d.B = s.micro_batch;
@@ -34,16 +35,12 @@ Dims dims_of(const StepShape& s) {
   d.Ep = s.layout.expert;
   d.K = m.gate.top_k;
   d.V = m.vocab;
-  d.split = p.split_experts || s.layout.tensor == 1;
-  d.slicing = (p.dtd || !d.split) && s.layout.tensor > 1;
-  const double C = model::expert_capacity(m.gate, static_cast<int>(d.N));
-  d.Cp = d.slicing ? std::ceil(C / d.T) * d.T : C;
-  // Each local expert runs Ep x Cp rows (its capacity from every rank of the expert group),
-  // all of them over a 1/T slice of its FFN when split, 1/T of them over the whole FFN if not.
-  d.expert_f = d.split ? d.fl : m.ffn();
-  d.expert_rows = d.split ? d.Ep * d.Cp : d.Ep * d.Cp / d.T;
-  d.full = d.E * d.Cp * d.h;
-  d.sent = d.slicing ? d.full / d.T : d.full;
+  d.split = x.split;
+  d.slicing = x.slicing;
+  d.expert_f = x.f;
+  d.expert_rows = d.Ep * x.expert_rows();
+  d.full = static_cast<double>(x.full_elements());
+  d.sent = static_cast<double>(x.sent_elements());
   return d;
 }
 
@@ -52,29 +49,6 @@ double forward_passes(const StepShape& s) {
 }
 
 }  // namespace
-
-std::vector<GemmShape> forward_gemms(const StepShape& s) {
-  const auto& m = s.model;
-  const Dims d = dims_of(s);
-  std::vector<GemmShape> g;
-  for (int l = 0; l < m.layers; ++l) {
-    g.push_back({d.N, 3 * d.hl, d.h});          // qkv (column-parallel)
-    g.push_back({d.S, d.S, d.dh, d.B * d.Hl});  // scores Q K^T, per sequence and head
-    g.push_back({d.S, d.dh, d.S, d.B * d.Hl});  // probabilities x V
-    g.push_back({d.N, d.h, d.hl});              // output projection (row-parallel)
-    if (m.is_moe(l)) {
-      g.push_back({d.N, d.E, d.h});                          // the gate
-      const double local = d.E / d.Ep;                       // experts on this rank
-      g.push_back({d.expert_rows, d.expert_f, d.h, local});  // fc1
-      g.push_back({d.expert_rows, d.h, d.expert_f, local});  // fc2
-    } else {
-      g.push_back({d.N, d.fl, d.h});  // fc1 (column-parallel)
-      g.push_back({d.N, d.h, d.fl});  // fc2 (row-parallel)
-    }
-  }
-  g.push_back({d.N, d.V, d.h});  // LM head
-  return g;
-}
 
 double step_flops(const StepShape& s) {
   double forward = 0;
@@ -170,7 +144,7 @@ double memory_bound_bytes(const StepShape& s) {
 double optimizer_bytes(const StepShape& s) {
   const auto& p = s.parallel;
   const bool distributed = s.layout.world_size() > 1;
-  const bool split = p.split_experts || s.layout.tensor == 1;
+  const bool split = model::experts_split(p.exchange(), s.layout.tensor);
   const ParameterParts parts = parameter_parts(s.model, s.layout, split);
   const double dense_n = distributed && p.zero1 ? s.layout.expert * s.layout.data : 1;
   const double expert_n = distributed && p.zero1 ? s.layout.data : 1;
@@ -218,8 +192,7 @@ double overlap_hidden(const StepShape& s, const Cluster& c, double all_to_all, d
   const auto& p = s.parallel;
   if (p.overlap <= 1 || s.layout.expert <= 1 || all_to_all <= 0) return 0;
   const Dims d = dims_of(s);
-  const double sent_rows = d.sent / (d.E * d.h);
-  const double n = std::max(1.0, std::min(static_cast<double>(p.overlap), sent_rows));
+  const double n = exchange_of(s).chunks;
   double moe_layers = 0;
   for (int l = 0; l < m.layers; ++l) moe_layers += m.is_moe(l) ? 1 : 0;
   if (n <= 1 || moe_layers == 0) return 0;

@@ -7,20 +7,8 @@
 #include "ted/core/error.hpp"
 #include "ted/core/units.hpp"
 #include "ted/projection/memory.hpp"
-#include "ted/projection/project.hpp"
 
 namespace ted::projection {
-
-StepShape shape_of(const train::TrainConfig& train, const Layout& layout) {
-  StepShape s;
-  s.model = train.model;
-  s.micro_batch = train.data.micro_batch;
-  s.micro_batches = train.data.micro_batches;
-  s.layout = layout;
-  s.parallel = train.parallel;
-  s.element_bytes = element_bytes(train.run.dtype);
-  return s;
-}
 
 std::uint64_t projected_peak(const train::TrainConfig& train, const Layout& layout) {
   return step_memory(shape_of(train, layout)).total;

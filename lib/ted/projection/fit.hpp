@@ -12,13 +12,10 @@
 
 #include "ted/grid/process_grid.hpp"
 #include "ted/projection/cluster.hpp"
-#include "ted/projection/traffic.hpp"
+#include "ted/projection/step.hpp"
 #include "ted/train/train_config.hpp"
 
 namespace ted::projection {
-
-// The shape the models read, from a training config under `layout`.
-StepShape shape_of(const train::TrainConfig& train, const Layout& layout);
 
 // The projected peak bytes of one rank (the memory model's total).
 std::uint64_t projected_peak(const train::TrainConfig& train, const Layout& layout);

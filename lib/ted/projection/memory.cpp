@@ -3,75 +3,109 @@
 #include <algorithm>
 #include <vector>
 
-#include "ted/routing/gating.hpp"
-
 namespace ted::projection {
 
-MemoryEstimate step_memory(const StepShape& s) {
+namespace {
+
+// The sizes every part below reads, in elements unless named bytes. Bytes of an element:
+// activations and weight copies (w), gradients (gw), master weights, Adam state and the kernels'
+// fp32 statistics (mw: fp32 in mixed precision), token ids (iw).
+struct Sizes {
+  std::uint64_t w, mw, gw, iw = 4;
+  std::uint64_t T, Ep, D, B, S, N, h, V, E, K, hl, Hl, X, fl;
+  bool distributed;
+  model::ExchangePlan x;         // the MoE layers' exchange (step.hpp)
+  std::uint64_t full, sent;      // the dispatch buffer [E, Cp, h], what one rank sends of it
+  std::uint64_t rows;            // what the local experts compute on
+  std::uint64_t expert_hidden;   // their hidden activations
+  std::uint64_t expert_scratch;  // their backward's hidden gradient (master type)
+  ParameterParts parts;          // this rank's parameters
+  std::uint64_t dense_mine, expert_mine, largest_mine;  // what this rank's optimizer updates
+};
+
+Sizes sizes_of(const StepShape& s) {
   const auto& m = s.model;
   const auto& p = s.parallel;
-  // Bytes of an element: activations and weight copies (w), gradients, master weights, Adam
-  // state and the kernels' fp32 statistics (mw: fp32 in mixed precision), token ids (iw).
-  const std::uint64_t w = s.element_bytes, mw = s.master_bytes(), gw = s.grad_bytes(), iw = 4;
-  const std::uint64_t T = s.layout.tensor, Ep = s.layout.expert, D = s.layout.data;
-  const bool distributed = s.layout.world_size() > 1;
-  const std::uint64_t B = s.micro_batch, S = m.seq_len, N = B * S, h = m.hidden;
-  const std::uint64_t V = m.vocab, E = m.gate.experts, K = m.gate.top_k, hl = h / T,
-                      Hl = m.heads / T;
-  const std::uint64_t X = N * h;  // one [tokens, h] activation
-  const bool split = p.split_experts || T == 1;
-  const std::uint64_t fl = m.ffn() / T, expert_f = split ? fl : m.ffn();
-  const bool slicing = (p.dtd || !split) && T > 1;
-  const bool reduce_scatter = slicing && split && p.reduce_scatter;
-  const std::uint64_t C = model::expert_capacity(m.gate, static_cast<int>(N));
-  const std::uint64_t Cp = slicing ? (C + T - 1) / T * T : C, Cs = slicing ? Cp / T : Cp;
-  const std::uint64_t full = E * Cp * h, sent = E * Cs * h;
-  const std::uint64_t rows = split ? full : sent;  // what the local experts compute on
-  const std::uint64_t expert_hidden = E * (split ? Cp : Cs) * expert_f;
+  Sizes z;
+  z.w = s.element_bytes;
+  z.mw = s.master_bytes();
+  z.gw = s.grad_bytes();
+  z.T = s.layout.tensor;
+  z.Ep = s.layout.expert;
+  z.D = s.layout.data;
+  z.distributed = s.layout.world_size() > 1;
+  z.B = s.micro_batch;
+  z.S = m.seq_len;
+  z.N = z.B * z.S;
+  z.h = m.hidden;
+  z.V = m.vocab;
+  z.E = m.gate.experts;
+  z.K = m.gate.top_k;
+  z.hl = z.h / z.T;
+  z.Hl = m.heads / z.T;
+  z.X = z.N * z.h;  // one [tokens, h] activation
+  z.fl = m.ffn() / z.T;
+  z.x = exchange_of(s);
+  const model::ExchangePlan& x = z.x;
+  z.full = x.full_elements();
+  z.sent = x.sent_elements();
+  z.rows = x.split ? z.full : z.sent;
+  z.expert_hidden = x.blocks() * static_cast<std::uint64_t>(x.expert_rows()) * x.f;
   // The experts' backward holds their hidden gradient (master type) for all blocks at once.
   // With the exchange in chunks (parallel.overlap) it does so per chunk, and over an expert
   // group on the CPU one block of a chunk at a time (model/moe.cpp, block_by_block).
-  const std::uint64_t chunks = std::max<std::uint64_t>(
-      1, std::min<std::uint64_t>(static_cast<std::uint64_t>(p.overlap), Cs));
-  const std::uint64_t chunk_rows = (slicing && split ? T : 1) * ((Cs + chunks - 1) / chunks);
-  const std::uint64_t expert_scratch = chunks == 1 ? expert_hidden
-                                       : Ep > 1    ? chunk_rows * expert_f
-                                                   : E * chunk_rows * expert_f;
-  MemoryEstimate e;
-  auto set = [&](MemoryCategory c, std::uint64_t bytes) {
-    e.peak[static_cast<std::size_t>(c)] = bytes;
-  };
+  const std::uint64_t chunks = x.chunks, Cs = x.sent_capacity();
+  const std::uint64_t chunk_rows = x.rows_per_sent_row() * ((Cs + chunks - 1) / chunks);
+  z.expert_scratch = chunks == 1 ? z.expert_hidden
+                     : z.Ep > 1  ? chunk_rows * x.f
+                                 : z.E * chunk_rows * x.f;
+  z.parts = parameter_parts(m, s.layout, x.split);
+  const std::uint64_t dense_n = z.distributed && p.zero1 ? z.Ep * z.D : 1;
+  const std::uint64_t expert_n = z.distributed && p.zero1 ? z.D : 1;
+  z.dense_mine = z.parts.dense / dense_n;
+  z.expert_mine = z.parts.expert / expert_n;
+  z.largest_mine = std::max(z.dense_mine, z.expert_mine);
+  return z;
+}
 
-  // Parameters (the weights the kernels read), gradients (master type, or 16-bit), Adam state
-  // (m and v, and in mixed precision the fp32 master of the elements this rank updates), the
-  // optimizer's temporary tile (master type).
-  const ParameterParts parts = parameter_parts(m, s.layout, split);
-  const std::uint64_t dense_n = distributed && p.zero1 ? Ep * D : 1;
-  const std::uint64_t expert_n = distributed && p.zero1 ? D : 1;
-  const std::uint64_t dense_mine = parts.dense / dense_n, expert_mine = parts.expert / expert_n;
-  const std::uint64_t largest_mine = std::max(dense_mine, expert_mine);
-  const bool mixed = w < mw;
-  set(MemoryCategory::parameters, w * (parts.dense + parts.expert));
-  // 16-bit gradients: the kernels accumulate one group's gradients of a micro-batch in an fp32
-  // stage (model/params.hpp), one group at a time: the head (final LayerNorm, LM head), each
-  // block, the embeddings.
+// 16-bit gradients: the kernels accumulate one group's gradients of a micro-batch in an fp32
+// stage (model/params.hpp), one group at a time: the head (final LayerNorm, LM head), each
+// block, the embeddings. Bytes of each stage (0 without 16-bit gradients).
+struct Stages {
+  std::uint64_t head = 0, embedding = 0, largest = 0;
+  std::vector<std::uint64_t> block;
+};
+
+Stages gradient_stages(const StepShape& s, const Sizes& z) {
+  const auto& m = s.model;
   const bool staging = s.storage_gradients();
-  std::vector<std::uint64_t> block_stage(static_cast<std::size_t>(m.layers), 0);
-  const std::uint64_t head_stage = staging ? mw * (2 * h + h * V) : 0;
-  const std::uint64_t embedding_stage = staging ? mw * (V * h + S * h) : 0;
-  std::uint64_t largest_stage = std::max(head_stage, embedding_stage);
+  Stages g;
+  g.block.assign(static_cast<std::size_t>(m.layers), 0);
+  g.head = staging ? z.mw * (2 * z.h + z.h * z.V) : 0;
+  g.embedding = staging ? z.mw * (z.V * z.h + z.S * z.h) : 0;
+  g.largest = std::max(g.head, g.embedding);
   for (int l = 0; l < m.layers && staging; ++l) {
-    const ParameterParts block = block_parameters(m, s.layout, split, l);
-    block_stage[static_cast<std::size_t>(l)] = mw * (block.dense + block.expert);
-    largest_stage = std::max(largest_stage, block_stage[static_cast<std::size_t>(l)]);
+    const ParameterParts block = block_parameters(m, s.layout, z.x.split, l);
+    g.block[static_cast<std::size_t>(l)] = z.mw * (block.dense + block.expert);
+    g.largest = std::max(g.largest, g.block[static_cast<std::size_t>(l)]);
   }
-  const std::uint64_t gradients = gw * (parts.dense + parts.expert);
-  set(MemoryCategory::gradients, gradients + largest_stage);
-  set(MemoryCategory::optimizer_state, (mixed ? 3 : 2) * mw * (dense_mine + expert_mine));
-  set(MemoryCategory::optimizer_temporaries,
-      mw * (p.tile_elems > 0 ? std::min<std::uint64_t>(p.tile_elems, largest_mine) : largest_mine));
+  return g;
+}
 
-  // Activations: replay the model's allocations in order (gpt.cpp, moe.cpp), in bytes, and
+// The activations' peak, and their peak with the gradient stage open beside them.
+struct ActivationPeaks {
+  std::uint64_t peak = 0, staged = 0;
+};
+
+ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stages& stages) {
+  const auto& m = s.model;
+  const std::uint64_t w = z.w, mw = z.mw, iw = z.iw, N = z.N, E = z.E, K = z.K, B = z.B, S = z.S,
+                      X = z.X, hl = z.hl, Hl = z.Hl, V = z.V, fl = z.fl, full = z.full,
+                      rows = z.rows, expert_hidden = z.expert_hidden,
+                      expert_scratch = z.expert_scratch;
+  const std::uint64_t head_stage = stages.head, embedding_stage = stages.embedding;
+  const std::vector<std::uint64_t>& block_stage = stages.block;
+  // Replay the model's allocations in order (gpt.cpp, moe.cpp), in bytes, and
   // keep the peak; and the peak of the activations with the gradient stage open beside them.
   struct Replay {
     std::uint64_t current = 0, peak = 0, staged = 0, peak_staged = 0;
@@ -151,43 +185,81 @@ MemoryEstimate step_memory(const StepShape& s) {
   }
   a.stage(embedding_stage);
   a.stage(0);
-  set(MemoryCategory::activations, a.peak);
+  return {a.peak, a.peak_staged};
+}
 
-  // CAC: every MoE layer's all-to-all outputs (and the all-reduce outputs) until its backward.
+// CAC: every MoE layer's all-to-all outputs (and the all-reduce outputs) until its backward,
+// in elements.
+std::uint64_t cac_stash(const StepShape& s, const Sizes& z) {
+  const auto& m = s.model;
+  const auto& p = s.parallel;
   std::uint64_t stash = 0;
   if (p.cac && m.checkpoint) {
     for (int l = 0; l < m.layers; ++l) {
       bool moe = m.is_moe(l);
-      if (moe) stash += 2 * sent;  // both all-to-all outputs (copies when Ep = 1)
-      if (p.cac_all_reduce && T > 1) {
-        stash += moe ? X : 2 * X;
-        if (moe && split) stash += reduce_scatter ? sent : full;
+      if (moe) stash += 2 * z.sent;  // both all-to-all outputs (copies when Ep = 1)
+      if (p.cac_all_reduce && z.T > 1) {
+        stash += moe ? z.X : 2 * z.X;
+        if (moe && z.x.split) stash += z.x.reduce_scatter ? z.sent : z.full;
       }
     }
   }
-  set(MemoryCategory::cac_stash, w * stash);
+  return stash;
+}
 
-  // Communication buffers: the MoE exchange's (forward and backward, in the storage type) and
-  // the optimizer's (its gradient shards in the gradient type, then one part's updated weights).
-  std::uint64_t exchange = 0;
+// The MoE exchange's communication buffers (forward and backward, in the storage type), bytes.
+std::uint64_t exchange_buffers(const StepShape& s, const Sizes& z) {
+  const auto& m = s.model;
   bool any_moe = false;
   for (int l = 0; l < m.layers; ++l) any_moe |= m.is_moe(l);
-  if (any_moe) {
-    const std::uint64_t gather = slicing ? full : 0;  // the all-gather's rank-major temporary
-    const bool stashed = p.cac && m.checkpoint;
-    std::uint64_t fwd = (slicing || chunks > 1 ? sent : 0) /*send, packed*/ +
-                        (stashed ? 0 : sent) /*received*/ + (slicing ? sent : 0) /*back*/ +
-                        (stashed ? 0 : sent) /*returned*/ + gather;
-    std::uint64_t bwd = 2 * sent /*d_slice, d_back*/ + gather;
-    exchange = w * std::max(fwd, bwd);
-  }
+  if (!any_moe) return 0;
+  const bool slicing = z.x.slicing;
+  const std::uint64_t sent = z.sent;
+  const std::uint64_t gather = slicing ? z.full : 0;  // the all-gather's rank-major temporary
+  const bool stashed = s.parallel.cac && m.checkpoint;
+  std::uint64_t fwd = (slicing || z.x.chunks > 1 ? sent : 0) /*send, packed*/ +
+                      (stashed ? 0 : sent) /*received*/ + (slicing ? sent : 0) /*back*/ +
+                      (stashed ? 0 : sent) /*returned*/ + gather;
+  std::uint64_t bwd = 2 * sent /*d_slice, d_back*/ + gather;
+  return z.w * std::max(fwd, bwd);
+}
+
+}  // namespace
+
+MemoryEstimate step_memory(const StepShape& s) {
+  const auto& p = s.parallel;
+  const Sizes z = sizes_of(s);
+  MemoryEstimate e;
+  auto set = [&](MemoryCategory c, std::uint64_t bytes) {
+    e.peak[static_cast<std::size_t>(c)] = bytes;
+  };
+
+  // Parameters (the weights the kernels read), gradients (master type, or 16-bit, with the
+  // largest fp32 stage), Adam state (m and v, and in mixed precision the fp32 master of the
+  // elements this rank updates), the optimizer's temporary tile (master type).
+  const bool mixed = z.w < z.mw;
+  const Stages stages = gradient_stages(s, z);
+  const std::uint64_t gradients = z.gw * (z.parts.dense + z.parts.expert);
+  set(MemoryCategory::parameters, z.w * (z.parts.dense + z.parts.expert));
+  set(MemoryCategory::gradients, gradients + stages.largest);
+  set(MemoryCategory::optimizer_state, (mixed ? 3 : 2) * z.mw * (z.dense_mine + z.expert_mine));
+  set(MemoryCategory::optimizer_temporaries,
+      z.mw * (p.tile_elems > 0 ? std::min<std::uint64_t>(p.tile_elems, z.largest_mine)
+                               : z.largest_mine));
+  const ActivationPeaks a = activation_peaks(s, z, stages);
+  set(MemoryCategory::activations, a.peak);
+  set(MemoryCategory::cac_stash, z.w * cac_stash(s, z));
+  // Communication buffers: the MoE exchange's and the optimizer's (its gradient shards in the
+  // gradient type, then one part's updated weights).
+  const std::uint64_t exchange = exchange_buffers(s, z);
   std::uint64_t optimizer = 0;
-  if (distributed && p.zero1) optimizer = gw * (dense_mine + expert_mine) + w * largest_mine;
+  if (z.distributed && p.zero1)
+    optimizer = z.gw * (z.dense_mine + z.expert_mine) + z.w * z.largest_mine;
   set(MemoryCategory::communication, std::max(exchange, optimizer));
 
   for (auto bytes : e.peak) e.upper_bound += bytes;
-  // The gradient stages belong to the training phase (a.peak_staged), not to the persistent state.
-  const std::uint64_t training = a.peak_staged + e.of(MemoryCategory::cac_stash) + exchange,
+  // The gradient stages belong to the training phase (a.staged), not to the persistent state.
+  const std::uint64_t training = a.staged + e.of(MemoryCategory::cac_stash) + exchange,
                       stepping = e.of(MemoryCategory::optimizer_temporaries) + optimizer;
   e.total = e.of(MemoryCategory::parameters) + gradients + e.of(MemoryCategory::optimizer_state) +
             std::max(training, stepping);

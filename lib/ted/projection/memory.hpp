@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "ted/backend/memory.hpp"
-#include "ted/projection/traffic.hpp"
+#include "ted/projection/step.hpp"
 
 namespace ted::projection {
 

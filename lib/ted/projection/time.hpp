@@ -45,14 +45,6 @@ struct StepTime {
   double of(CollectiveOp op) const { return collective[static_cast<std::size_t>(op)]; }
 };
 
-// One GEMM shape: C[m, n] = A[m, k] B[k, n], `count` of them (a batched GEMM).
-struct GemmShape {
-  double m = 0, n = 0, k = 0, count = 1;
-  double flops() const { return 2 * m * n * k * count; }
-};
-
-// The GEMMs of one micro-batch's forward on one rank.
-std::vector<GemmShape> forward_gemms(const StepShape& shape);
 // GEMM FLOPs of one optimizer step on one rank (forward, backward = twice the forward, and the
 // recompute). Equal to what the model counts it ran (tested).
 double step_flops(const StepShape& shape);

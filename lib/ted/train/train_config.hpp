@@ -19,6 +19,7 @@
 
 #include "ted/core/config_schema.hpp"
 #include "ted/model/config.hpp"
+#include "ted/model/exchange_plan.hpp"
 #include "ted/train/optimizer.hpp"
 
 namespace ted::train {
@@ -47,6 +48,9 @@ struct ParallelConfig {
   // The MoE exchange in this many chunks along the capacity, each chunk's experts running while
   // the next chunk's all-to-all is in flight (model/moe.hpp); 1: no overlap.
   int overlap = 1;
+
+  // The switches that shape the MoE exchange, as the model and the projection take them.
+  model::ExchangeSwitches exchange() const { return {dtd, reduce_scatter, split_experts, overlap}; }
 };
 
 // Where and in what precision a run computes (backend/registry.hpp).

@@ -19,12 +19,9 @@ namespace {
 
 model::ModelParallel model_parallel(const ParallelConfig& p, TedGroups* groups) {
   model::ModelParallel m;
-  m.dtd = p.dtd;
-  m.reduce_scatter = p.reduce_scatter;
+  m.exchange = p.exchange();
   m.cac = p.cac;
   m.cac_all_reduce = p.cac_all_reduce;
-  m.overlap = p.overlap;
-  m.split_experts = p.split_experts;
   if (groups) {
     m.tensor = &groups->tensor();
     m.expert = &groups->expert();

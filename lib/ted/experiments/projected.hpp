@@ -1,5 +1,5 @@
-// The projection: the experiments' points and any layout, carried to a cluster by the traffic,
-// memory and time models. Rows come out in the experiments' CSV columns (backend
+// The experiments' points and any layout, carried to a cluster by the projection's traffic,
+// memory and time models (projection/). Rows come out in the experiments' CSV columns (backend
 // "projected:<cluster>"), so the same plot scripts draw measured and projected runs.
 #pragma once
 
@@ -12,16 +12,13 @@
 #include "ted/projection/memory.hpp"
 #include "ted/projection/time.hpp"
 
-namespace ted::projection {
+namespace ted::experiments {
 
-// The element width of a run's dtype (fp32 4, fp16/bf16 2).
-std::size_t element_bytes(const std::string& dtype);
-
-StepShape shape_of(const experiments::Point& point, const std::string& dtype);
+// The shape the projection reads of a point, its elements `dtype`.
+projection::StepShape shape_of(const Point& point, const std::string& dtype);
 
 // One point's projected result (time = median = p10 = p90; peaks from the memory model).
-experiments::Result project(const experiments::Point& point, const Cluster& cluster,
-                            const std::string& dtype);
+Result project(const Point& point, const projection::Cluster& cluster, const std::string& dtype);
 
 // The layout search: every layout T x Ep x D of `gpus` the model splits over and every
 // system (ted-baseline, +dtd, +cac, +dtd+cac, +dtd+cac+rs; T = 1 layouts are DeepSpeed-MoE),
@@ -30,15 +27,16 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
 // device memory first, then by projected time. Layouts whose data-parallel ranks do not divide
 // the global batch are left out and counted in `left_out`.
 struct Candidate {
-  experiments::Point point;
-  StepTime time;
+  Point point;
+  projection::StepTime time;
   std::uint64_t peak = 0;  // the projected peak (MemoryEstimate::total)
   bool fits = false;
-  experiments::Result result;  // project(point): the experiment's CSV row
+  Result result;  // project(point): the experiment's CSV row
 };
-std::vector<Candidate> search(const experiments::ExperimentConfig& config, int gpus,
-                              const Cluster& cluster, int global_batch, int* left_out = nullptr);
+std::vector<Candidate> search(const ExperimentConfig& config, int gpus,
+                              const projection::Cluster& cluster, int global_batch,
+                              int* left_out = nullptr);
 // Orders candidates: fitting before not fitting, then faster first (stable).
 void rank(std::vector<Candidate>& candidates);
 
-}  // namespace ted::projection
+}  // namespace ted::experiments

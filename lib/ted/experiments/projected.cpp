@@ -1,29 +1,26 @@
-#include "ted/projection/project.hpp"
+#include "ted/experiments/projected.hpp"
 
 #include <algorithm>
 
 #include "ted/core/error.hpp"
 #include "ted/projection/fit.hpp"
 
-namespace ted::projection {
+namespace ted::experiments {
 
-std::size_t element_bytes(const std::string& dtype) {
-  return dtype == "fp32" ? 4 : 2;
-}
+using namespace projection;
 
-StepShape shape_of(const experiments::Point& point, const std::string& dtype) {
-  StepShape s = shape_of(point.train, point.layout);
+StepShape shape_of(const Point& point, const std::string& dtype) {
+  StepShape s = projection::shape_of(point.train, point.layout);
   s.element_bytes = element_bytes(dtype);
   return s;
 }
 
-experiments::Result project(const experiments::Point& point, const Cluster& cluster,
-                            const std::string& dtype) {
+Result project(const Point& point, const Cluster& cluster, const std::string& dtype) {
   const StepShape s = shape_of(point, dtype);
   const StepTime t = step_time(s, cluster);
   const StepTraffic traffic = step_traffic(s);
   const MemoryEstimate memory = step_memory(s);
-  experiments::Result r;
+  Result r;
   const double ms = t.total() * 1e3;
   r.time_ms = {ms, ms, ms};
   r.compute_ms = t.compute * 1e3;
@@ -64,8 +61,8 @@ experiments::Result project(const experiments::Point& point, const Cluster& clus
   return r;
 }
 
-std::vector<Candidate> search(const experiments::ExperimentConfig& config, int gpus,
-                              const Cluster& cluster, int global_batch, int* left_out) {
+std::vector<Candidate> search(const ExperimentConfig& config, int gpus, const Cluster& cluster,
+                              int global_batch, int* left_out) {
   TED_CHECK(global_batch > 0, "the search compares layouts at one global batch");
   if (left_out) *left_out = 0;
   const auto& m = config.train.model;
@@ -75,7 +72,7 @@ std::vector<Candidate> search(const experiments::ExperimentConfig& config, int g
     if (m.gate.experts % layout.expert || m.heads % layout.tensor || m.ffn() % layout.tensor)
       continue;
     for (const char* name : systems) {
-      auto system = experiments::parse_system(name, "search");
+      auto system = parse_system(name, "search");
       if (layout.tensor == 1 && (system.dtd || system.reduce_scatter)) continue;  // no-ops
       if (layout.tensor == 1) system.name = system.cac ? "deepspeed-moe+cac" : "deepspeed-moe";
       Candidate c;
@@ -86,7 +83,7 @@ std::vector<Candidate> search(const experiments::ExperimentConfig& config, int g
         if (left_out) ++*left_out;
         continue;
       }
-      c.point = experiments::make_point(config, system, layout, config.train, global_batch);
+      c.point = make_point(config, system, layout, config.train, global_batch);
       c.point.budget = static_cast<std::int64_t>(cluster.memory_bytes);
       const StepShape s = shape_of(c.point, config.train.run.dtype);
       c.time = step_time(s, cluster);
@@ -108,4 +105,4 @@ void rank(std::vector<Candidate>& candidates) {
                    });
 }
 
-}  // namespace ted::projection
+}  // namespace ted::experiments

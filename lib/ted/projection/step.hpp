@@ -1,0 +1,85 @@
+// The plan of one optimizer step on one rank, from the model shape, the layout and the switches
+// alone: every collective with its group and bytes, every GEMM with its shape, and the MoE
+// exchange's geometry that sizes the buffers. The MoE layers' part comes from the plan the model
+// executes (model/exchange_plan.hpp). The projection's traffic, compute and memory models read
+// this plan; the tests hold its collectives to the ledger of real runs, call by call.
+//
+// Assumes a gating capacity computed from the formula (not dropless: there it depends on the
+// data), one gating group per micro-batch (the trainer's rule), and fp32 elements unless
+// element_bytes says otherwise (mixed precision: gradients fp32, or 16-bit with 16-bit
+// gradients, training.grad_dtype = the storage type).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ted/comm/ledger.hpp"
+#include "ted/grid/process_grid.hpp"
+#include "ted/model/config.hpp"
+#include "ted/model/exchange_plan.hpp"
+#include "ted/train/train_config.hpp"
+
+namespace ted::projection {
+
+struct StepShape {
+  model::ModelConfig model;
+  int micro_batch = 1;    // sequences per micro-batch
+  int micro_batches = 1;  // per data-parallel rank per step
+  Layout layout;
+  train::ParallelConfig parallel;
+  // Activations and the weight copies the kernels read: 4 (fp32) or 2 (bf16, fp16: mixed
+  // precision, whose master weights and Adam state stay fp32).
+  std::size_t element_bytes = 4;
+  std::size_t master_bytes() const { return element_bytes < 4 ? 4 : element_bytes; }
+  // Parameter gradients: the master type, or the storage type when the model keeps 16-bit
+  // gradients (reduced in 16-bit).
+  bool storage_gradients() const { return model.grad_dtype != "fp32" && element_bytes < 4; }
+  std::size_t grad_bytes() const { return storage_gradients() ? element_bytes : master_bytes(); }
+};
+
+// The element width of a run's dtype (fp32 4, fp16/bf16 2).
+std::size_t element_bytes(const std::string& dtype);
+// The shape the models read, from a training config under `layout`.
+StepShape shape_of(const train::TrainConfig& train, const Layout& layout);
+
+// The exchange of one MoE layer of a micro-batch, as tensor rank 0 runs it (the sizes are the
+// same on every rank).
+model::ExchangePlan exchange_of(const StepShape& shape);
+
+// Elements of the flat parameter buffers on one rank: the dense part and the expert part, each
+// padded to a multiple of its data group (as ParamSet lays them out).
+struct ParameterParts {
+  std::uint64_t dense = 0;
+  std::uint64_t expert = 0;
+};
+ParameterParts parameter_parts(const model::ModelConfig& model, const Layout& layout,
+                               bool split_experts);
+// The elements of one block's tensors on one rank (unpadded): what a 16-bit gradient run stages
+// in fp32 during that block's backward.
+ParameterParts block_parameters(const model::ModelConfig& model, const Layout& layout,
+                                bool split_experts, int layer);
+
+// `calls` collectives of one kind in one group, each with these bytes per rank (the ledger's
+// convention, ledger.hpp). A group of one rank still counts its calls, as the ledger does.
+struct PlannedCollective {
+  CollectiveOp op;
+  GroupKind group;
+  std::uint64_t bytes_sent = 0;  // per call
+  std::uint64_t bytes_recv = 0;
+  std::uint64_t calls = 1;
+};
+
+// One GEMM shape: C[m, n] = A[m, k] B[k, n], `count` of them (a batched GEMM).
+struct GemmShape {
+  double m = 0, n = 0, k = 0, count = 1;
+  double flops() const { return 2 * m * n * k * count; }
+};
+
+// Every collective of one optimizer step on one rank, on the four TED groups (tensor, expert,
+// expert-data, non-expert-data), layer by layer, then the gradients' and weights'.
+std::vector<PlannedCollective> step_collectives(const StepShape& shape);
+// The GEMMs of one micro-batch's forward on one rank.
+std::vector<GemmShape> forward_gemms(const StepShape& shape);
+
+}  // namespace ted::projection
