@@ -7,6 +7,7 @@
 
 #include "ted/bench/collective_bench.hpp"
 #include "ted/bench/collective_cases.hpp"
+#include "ted/bench/collective_plugin.hpp"
 #include "ted/core/error.hpp"
 
 using ted::CollectiveOp;
@@ -75,4 +76,27 @@ TEST_CASE("a size sweep is b, b*f, ... up to e; bad ranges are config errors") {
   CHECK(ted::bench::bus_factor(CollectiveOp::all_reduce, 4) == Approx(1.5));
   CHECK(ted::bench::bus_factor(CollectiveOp::all_to_all, 4) == Approx(0.75));
   CHECK(ted::bench::bus_factor(CollectiveOp::broadcast, 4) == 1.0);
+}
+
+TEST_CASE("every plug-in of the table: its own op, and a check that finds a wrong element") {
+  for (std::size_t i = 0; i < ted::kCollectiveOpCount; ++i) {
+    const auto op = static_cast<CollectiveOp>(i);
+    const ted::bench::CollectivePlugin& plugin = ted::bench::collective_plugin(op);
+    INFO(ted::to_string(op));
+    REQUIRE(plugin.op == op);
+    if (!plugin.moves_data) continue;
+    for (int n : {1, 3, 4}) {
+      auto c = plan_case(op, DataType::f32, 1000, n, n - 1);
+      REQUIRE(c.bytes <= 1000);
+      std::size_t length = plugin.in_place ? c.send_elements : c.recv_elements;
+      REQUIRE(length > 0);
+      std::vector<float> result(length);
+      for (std::size_t k = 0; k < length; ++k)
+        result[k] = static_cast<float>(ted::bench::expected_value(c, k));
+      REQUIRE(ted::bench::count_wrong(c, result.data()) == 0);
+      result[length / 2] = static_cast<float>(ted::bench::sentinel(DataType::f32));
+      REQUIRE(ted::bench::count_wrong(c, result.data()) == 1);
+      CHECK(ted::bench::bus_factor(op, n) >= 0.0);
+    }
+  }
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ted/bench/collective_cases.hpp"
+#include "ted/bench/collective_plugin.hpp"
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
@@ -32,9 +33,11 @@ void validate(const CollectiveBenchOptions& options, int group_size) {
   size_sweep(options.min_bytes, options.max_bytes, options.step_factor);
   if (options.warmup_iters < 0) throw ConfigError("-w/--warmup_iters must be 0 or more");
   if (options.iters < 0) throw ConfigError("-n/--iters must be 0 or more");
-  if (options.op == CollectiveOp::barrier)
-    throw ConfigError("--op barrier moves no data; choose a collective that does");
-  if (options.op == CollectiveOp::broadcast && (options.root < 0 || options.root >= group_size))
+  const CollectivePlugin& plugin = collective_plugin(options.op);
+  if (!plugin.moves_data)
+    throw ConfigError("--op " + std::string(to_string(options.op)) +
+                      " moves no data; choose a collective that does");
+  if (plugin.has_root && (options.root < 0 || options.root >= group_size))
     throw ConfigError("--root " + std::to_string(options.root) + " is not a rank of the " +
                       std::string(to_string(options.group)) + " group (size " +
                       std::to_string(group_size) + ")");
@@ -88,6 +91,7 @@ std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOption
        size_sweep(options.min_bytes, options.max_bytes, options.step_factor)) {
     CollectiveCase c =
         plan_case(options.op, options.dtype, requested, group.size(), group.rank(), options.root);
+    const bool in_place = collective_plugin(c.op).in_place;
     std::size_t width = dtype_size(c.dtype);
     std::vector<std::byte> host_send(c.send_elements * width), host_recv(c.recv_elements * width);
     fill_send(c, host_send.data());
@@ -142,15 +146,16 @@ std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOption
       row.ledger_bytes_recv = t.bytes_recv / t.calls;
     }
 
-    // The checked run: fresh sentinels in the receive buffer, so stale results cannot pass.
-    if (c.op == CollectiveOp::broadcast) {
+    // The checked run: fresh sentinels in the receive buffer (in place: the send buffer afresh,
+    // sentinels on the ranks that receive), so stale results cannot pass.
+    if (in_place) {
       device.copy_from_host(send.data(), host_send.data(), host_send.size());
     } else {
       device.fill(recv.data(), c.recv_elements, c.dtype, sentinel(c.dtype));
     }
     run_case(c, group, send.data(), recv.data());
     group.synchronize();
-    if (c.op == CollectiveOp::broadcast) {
+    if (in_place) {
       device.copy_to_host(host_send.data(), send.data(), host_send.size());
       row.wrong = count_wrong(c, host_send.data());
     } else {

@@ -1,10 +1,12 @@
 // One collective at one size, as the benchmark and the tests exercise it: how big its buffers
 // are, what every rank puts in, what every element of the result must be, how to run it through
-// a Communicator and through plain MPI, and its nccl-tests bus-bandwidth factor.
+// a Communicator and through plain MPI, and its nccl-tests bus-bandwidth factor. Each function
+// dispatches to the collective's plug-in (collective_plugin.hpp, one file per collective in
+// cases/).
 //
-// Sizes follow nccl-tests: `bytes` is the all-reduce/broadcast buffer, the all-gather output,
-// the reduce-scatter input, the all-to-all(-v) send buffer of one rank; it is rounded down to a
-// whole number of elements (times the group size where the collective splits it).
+// Sizes follow nccl-tests: `bytes` is the buffer nccl-tests calls the size (each plug-in says
+// which: the all-reduce buffer, the all-gather output, ...); it is rounded down to a whole
+// number of elements (times the group size where the collective splits it).
 // Data: element i of rank r's send buffer is pattern(r, i), a small integer, so sums are exact
 // in every type and every element can be compared for equality.
 #pragma once
@@ -30,7 +32,7 @@ struct CollectiveCase {
   std::size_t chunk;                     // per-rank or per-peer element count where the op splits
   std::size_t send_elements;             // send buffer length (broadcast: the one buffer)
   std::size_t recv_elements;             // receive buffer length (broadcast: 0)
-  std::vector<std::size_t> send_counts;  // all_to_all_v only
+  std::vector<std::size_t> send_counts;  // per peer, where blocks are ragged
   std::vector<std::size_t> recv_counts;
   int pattern_halfwidth;  // pattern values lie in [-h, h] ([0, h] for uint8)
 };
@@ -51,8 +53,9 @@ double sentinel(DataType dtype);
 
 // Host-side fill of this rank's send buffer (broadcast: the root's data, others the sentinel).
 void fill_send(const CollectiveCase& c, void* host_send);
-// Number of receive elements that differ from expected_value (host memory).
-std::uint64_t count_wrong(const CollectiveCase& c, const void* host_recv);
+// Number of result elements (receive buffer; broadcast: the buffer) that differ from
+// expected_value (host memory).
+std::uint64_t count_wrong(const CollectiveCase& c, const void* host_result);
 
 // Runs the case through the suite's communicator (backend memory).
 void run_case(const CollectiveCase& c, Communicator& comm, const void* send, void* recv);
