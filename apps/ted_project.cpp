@@ -112,9 +112,9 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
       "  the larger phase: forward and backward (activations, CAC stash, the exchange's\n"
       "  buffers) or the optimizer step (its tile and communication buffers). A point whose\n"
       "  peak_total exceeds the device's memory keeps its projected time, with fits = 0.\n";
-  const bool sixteen_bit_gradients =
-      config.train.run.dtype != "fp32" && m.grad_dtype == config.train.run.dtype;
-  line("Run: %s, gradients %s; %s.\n", config.train.run.dtype.c_str(), m.grad_dtype.c_str(),
+  const bool sixteen_bit_gradients = config.train.run.dtype != "fp32" && m.storage_gradients();
+  line("Run: %s, gradients %s; %s.\n", config.train.run.dtype.c_str(),
+       std::string(ted::precision_name(m.grad_dtype)).c_str(),
        config.train.run.dtype == "fp32" ? "fp32 throughout"
        : sixteen_bit_gradients
            ? "mixed precision as DeepSpeed's fp16 ZeRO-1: 16-bit weights, activations,\n"

@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
               .add(static_cast<long long>(parallel.tile_elems))
               .add(config.run.backend)
               .add(config.run.dtype)
-              .add(config.model.grad_dtype)
+              .add(std::string(ted::precision_name(config.model.grad_dtype)))
               .add(world->name())
               .add(base->name())
               .add(r.loss_scale)

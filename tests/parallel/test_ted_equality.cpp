@@ -401,7 +401,7 @@ TEST_CASE("16-bit gradients on every layout equal the single-process reference")
       for (const auto& sw : kSwitches) {
         if (!moves_gradients(sw)) continue;
         auto config = configured(G, top_k, layout, sw);
-        config.model.grad_dtype = ted::test::dtype();
+        config.model.grad_dtype = ted::parse_dtype(ted::test::dtype());
         INFO("16-bit gradients, top-"
              << top_k << ", " << layout.to_string() << ", " << sw.name << ", " << ted::test::dtype()
              << " on " << ted::test::device().name() << " over " << world.name() << ", rank "
@@ -421,14 +421,15 @@ TEST_CASE("16-bit gradients on every layout equal the single-process reference")
 // weights' own.
 TEST_CASE("training.grad_dtype must be fp32 or the storage type") {
   auto config = tiny(1, 1);
-  config.model.grad_dtype = "fp16";
+  auto schema = config.schema();
+  schema.set("training.grad_dtype=fp16");
+  CHECK(config.model.grad_dtype == ted::DataType::f16);
   config.run.dtype = "fp32";
   CHECK_THROWS_AS(config.validate(), ted::ConfigError);
   config.run.dtype = "bf16";
   CHECK_THROWS_AS(config.validate(), ted::ConfigError);
-  config.model.grad_dtype = "fp8";
-  CHECK_THROWS_AS(config.validate(), ted::ConfigError);
-  config.model.grad_dtype = "bf16";
+  CHECK_THROWS_AS(schema.set("training.grad_dtype=fp8"), ted::ConfigError);
+  schema.set("training.grad_dtype=bf16");
   CHECK_NOTHROW(config.validate());
 }
 
@@ -452,7 +453,7 @@ TEST_CASE("fp16: an overflow planted on one rank makes every rank skip that step
     ted::TedGroups groups(ted::test::control(), world, grid);
     auto config = configured(G, 1, layout, kSwitches[0]);
     config.steps = 4;
-    config.model.grad_dtype = grad_dtype;
+    config.model.grad_dtype = ted::parse_dtype(grad_dtype);
     INFO(layout.to_string() << ", gradients " << grad_dtype << ", rank " << world.rank());
     ted::train::Trainer trainer(config, ted::test::device(), &groups);
     // The last rank plants an inf in its first gradient element (a dense one, in the shard of
@@ -672,7 +673,7 @@ TEST_CASE("the step plan's collectives and FLOPs equal the ledger and the model'
         for (const auto& grad_dtype : gradient_types(sw)) {
           auto config = configured(G, top_k, layout, sw);
           config.data.micro_batches = 2;
-          config.model.grad_dtype = grad_dtype;
+          config.model.grad_dtype = ted::parse_dtype(grad_dtype);
           INFO("top-" << top_k << ", " << layout.to_string() << ", " << sw.name << ", gradients "
                       << grad_dtype << ", rank " << world.rank());
           double flops = 0;
@@ -742,7 +743,7 @@ TEST_CASE("the memory model matches the allocator's peaks within 5%") {
       for (const auto& grad_dtype : gradient_types(sw)) {
         auto config = configured(G, 1, layout, sw);
         config.data.micro_batches = 2;
-        config.model.grad_dtype = grad_dtype;
+        config.model.grad_dtype = ted::parse_dtype(grad_dtype);
         INFO(layout.to_string() << ", " << sw.name << ", gradients " << grad_dtype << ", rank "
                                 << world.rank());
         ted::TrackingDevice device(ted::test::device());

@@ -85,6 +85,22 @@ void ConfigSchema::add(const std::string& key, bool* target) {
                   [target] { return std::string(*target ? "true" : "false"); }});
 }
 
+void ConfigSchema::add(const std::string& key, DataType* target, std::vector<DataType> accepted) {
+  std::string names;
+  for (std::size_t i = 0; i < accepted.size(); ++i)
+    names += (i == 0                     ? ""
+              : i + 1 == accepted.size() ? " or "
+                                         : ", ") +
+             std::string(precision_name(accepted[i]));
+  add_entry(key, {names,
+                  [target, accepted](const std::string& t) {
+                    for (DataType d : accepted)
+                      if (t == precision_name(d)) return *target = d, true;
+                    return false;
+                  },
+                  [target] { return std::string(precision_name(*target)); }});
+}
+
 void ConfigSchema::add(const std::string& key, std::string* target) {
   add_entry(key, {"a string", [target](const std::string& t) { return *target = t, true; },
                   [target] { return *target; }});

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "ted/core/dtype.hpp"
+
 namespace ted {
 
 // Where a config's values come from, for the first words of an error message: with `key`, the
@@ -30,6 +32,8 @@ class ConfigSchema {
   void add(const std::string& key, double* target);
   void add(const std::string& key, bool* target);
   void add(const std::string& key, std::string* target);
+  // A precision, by its run name (precision_name: fp32, bf16, ...), one of `accepted`.
+  void add(const std::string& key, DataType* target, std::vector<DataType> accepted);
   // A file path. Relative in a YAML file: as given when that exists from the working folder,
   // else found from the YAML's folder and its parents (so a config names
   // experiments/clusters/x.yaml and works from anywhere in or outside the repository).

@@ -46,6 +46,21 @@ std::string_view to_string(DataType dtype) {
   return "unknown";
 }
 
+std::string_view precision_name(DataType dtype) {
+  switch (dtype) {
+    case DataType::f32:
+      return "fp32";
+    case DataType::f64:
+      return "fp64";
+    case DataType::f16:
+      return "fp16";
+    case DataType::bf16:
+      return "bf16";
+    default:
+      return to_string(dtype);
+  }
+}
+
 DataType parse_dtype(std::string_view name) {
   if (name == "float" || name == "f32" || name == "fp32" || name == "float32") return DataType::f32;
   if (name == "double" || name == "f64" || name == "fp64" || name == "float64")

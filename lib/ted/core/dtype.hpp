@@ -19,6 +19,9 @@ std::string_view to_string(DataType dtype);
 // Accepts the names to_string gives plus the usual aliases (float, double, half, bfloat16,
 // int32, int64, uint8). Throws ConfigError naming the accepted values.
 DataType parse_dtype(std::string_view name);
+// The names runs use for their precisions (run.dtype, training.grad_dtype, the CSVs): fp32,
+// fp64, bf16, fp16; the other types by to_string's name.
+std::string_view precision_name(DataType dtype);
 
 template <typename T>
 struct dtype_of;

@@ -104,7 +104,7 @@ void add_result(CsvTable& table, const ExperimentConfig& config, const Point& po
       .add(point.train.data.micro_batches)
       .add(config.backend)
       .add(point.train.run.dtype)
-      .add(point.train.model.grad_dtype)
+      .add(std::string(precision_name(point.train.model.grad_dtype)))
       .add(r.comm)
       .add(r.device)
       .add(int(m.checkpoint))

@@ -29,8 +29,6 @@ void ModelConfig::validate() const {
   if (attention != "auto" && attention != "fused" && attention != "materialized")
     throw ConfigError("model.attention must be auto, fused or materialized, got '" + attention +
                       "'");
-  if (grad_dtype != "fp32" && grad_dtype != "bf16" && grad_dtype != "fp16")
-    throw ConfigError("training.grad_dtype must be fp32, bf16 or fp16, got '" + grad_dtype + "'");
   if (gate.top_k != 1 && gate.top_k != 2)
     throw ConfigError("gating.top_k must be 1 or 2, got " + std::to_string(gate.top_k));
   if (gate.top_k > gate.experts)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ted/core/dtype.hpp"
 #include "ted/routing/gating.hpp"
 
 namespace ted::model {
@@ -25,10 +26,11 @@ struct ModelConfig {
   // time did), or "auto": the backend's fastest of the two for the shape (GptModel::attention()
   // says which ran). The projection counts auto as fused.
   std::string attention = "auto";
-  // Parameter gradients (training.grad_dtype): "fp32", the master type; or the storage type
-  // (bf16, fp16; the model checks it is its own), as DeepSpeed's fp16 ZeRO-1 keeps them:
-  // 16-bit, accumulated once per micro-batch and reduced in 16-bit.
-  std::string grad_dtype = "fp32";
+  // Parameter gradients: f32, the master type; or the storage type (bf16, f16: the model's
+  // own), as DeepSpeed's fp16 ZeRO-1 keeps them: 16-bit, accumulated once per micro-batch and
+  // reduced in 16-bit. Only a 16-bit storage type has 16-bit gradients.
+  DataType grad_dtype = DataType::f32;
+  bool storage_gradients() const { return grad_dtype != DataType::f32; }
   std::uint64_t seed = 1234;
   double init_std = 0.02;
 

@@ -45,14 +45,13 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
   check_layout(config_, T_, Ep_, parallel_.exchange.dtd, parallel_.exchange.reduce_scatter,
                parallel_.cac, parallel_.cac_all_reduce);
-  // 16-bit gradients are the weights' own type (the kernels round once into it); a library
-  // user who builds the model directly gets the trainer's rule.
-  const bool storage_gradients = config_.grad_dtype != "fp32";
-  if (storage_gradients &&
-      (std::is_same_v<T, M> || parse_dtype(config_.grad_dtype) != dtype_of<T>::value))
-    throw ConfigError("training.grad_dtype must be fp32 or the storage type run.dtype (" +
-                      std::string(to_string(dtype_of<T>::value)) + "), got '" + config_.grad_dtype +
-                      "'");
+  // 16-bit gradients are the weights' own type (the kernels round once into it); the training
+  // config checks its keys for this before a model is built.
+  const bool storage_gradients = config_.storage_gradients();
+  if (storage_gradients && (std::is_same_v<T, M> || config_.grad_dtype != dtype_of<T>::value))
+    throw ConfigError("16-bit gradients must be in the model's own storage type (" +
+                      std::string(precision_name(dtype_of<T>::value)) + "), got " +
+                      std::string(precision_name(config_.grad_dtype)));
   const int h = config_.hidden, f = config_.ffn(), E = config_.gate.experts;
   resolve_attention();
 

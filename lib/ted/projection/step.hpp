@@ -34,7 +34,7 @@ struct StepShape {
   std::size_t master_bytes() const { return element_bytes < 4 ? 4 : element_bytes; }
   // Parameter gradients: the master type, or the storage type when the model keeps 16-bit
   // gradients (reduced in 16-bit).
-  bool storage_gradients() const { return model.grad_dtype != "fp32" && element_bytes < 4; }
+  bool storage_gradients() const { return model.storage_gradients() && element_bytes < 4; }
   std::size_t grad_bytes() const { return storage_gradients() ? element_bytes : master_bytes(); }
 };
 

@@ -46,7 +46,7 @@ ConfigSchema TrainConfig::schema() {
   s.add("training.seed", &m.seed);
   s.add("training.log_every", &log_every);
   s.add("training.csv", &csv);
-  s.add("training.grad_dtype", &m.grad_dtype);
+  s.add("training.grad_dtype", &m.grad_dtype, {DataType::f32, DataType::bf16, DataType::f16});
   s.add("parallel.tp", &parallel.tp);
   s.add("parallel.ep", &parallel.ep);
   s.add("parallel.dp", &parallel.dp);
@@ -102,9 +102,9 @@ void TrainConfig::validate() const {
   if (!(run.loss_scale > 0) || !std::isfinite(run.loss_scale))
     throw ConfigError("run.loss_scale must be a positive finite number");
   at_least(run.loss_scale_window, 1, "run.loss_scale_window");
-  if (model.grad_dtype != "fp32" && model.grad_dtype != run.dtype)
+  if (model.storage_gradients() && precision_name(model.grad_dtype) != run.dtype)
     throw ConfigError("training.grad_dtype must be fp32 or the storage type run.dtype (" +
-                      run.dtype + "), got '" + model.grad_dtype + "'");
+                      run.dtype + "), got '" + std::string(precision_name(model.grad_dtype)) + "'");
   if (!run.cluster.empty()) check_readable_file(run.cluster, "run.cluster");
 }
 
