@@ -4,8 +4,9 @@
 // experiments' measure() and ted_collbench build their runs here, so the three agree on how a
 // run is put together and in which order its collective steps happen.
 //
-//   ted::RunWiring wiring({.device = DeviceKind::cpu, .comm = CommBackend::mpi}, layout);
-//   ted::TrainingRun run(config, layout);  // the config's run.backend and run.comm
+//   ted::RunSpec spec;                      // cpu, mpi, MPI_COMM_WORLD, tracked
+//   ted::RunWiring wiring(spec, layout);     // ted_collbench: no trainer
+//   ted::TrainingRun run(config, layout);    // the config's run.backend and run.comm
 //   auto record = run.trainer().step(0);
 #pragma once
 
