@@ -12,14 +12,13 @@
 #include <string>
 
 #include "ted/app/app_main.hpp"
-#include "ted/app/check.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/bench/collective_bench.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
 #include "ted/core/units.hpp"
-#include "ted/grid/ted_groups.hpp"
-#include "ted/projection/fit.hpp"
+#include "ted/run/check.hpp"
+#include "ted/run/run.hpp"
 
 namespace {
 
@@ -130,28 +129,31 @@ int main(int argc, char** argv) {
           return 0;
         }
         ted::require_backend(device_kind, backend, MPI_COMM_WORLD);
-        auto device = ted::make_device(device_kind);
-        // The largest size's buffers of all ranks on a device must fit it, before any is allocated.
-        const auto fit = ted::projection::agree_memory_fit(need, device->name(),
-                                                           device->free_bytes(), MPI_COMM_WORLD);
-        if (!fit.fits)
-          throw ted::ConfigError("-e/--maxbytes " + max_text + ": " + fit.text +
-                                 " (lower -e, or use fewer ranks per node)");
-        ted::Ledger ledger;
-        auto control = ted::MpiCommunicator::world(nullptr);
-        auto world = ted::make_device_communicator(backend, *device, MPI_COMM_WORLD, nullptr);
-        if (options.compare_mpi && world->name() != "mpi")
+        // The largest size's buffers of all ranks on a device must fit it, before any is
+        // allocated (RunSpec::need); no trainer, no tracking allocator.
+        ted::RunSpec spec;
+        spec.device = device_kind;
+        spec.comm = backend;
+        spec.need = need;
+        spec.track = false;
+        spec.refuse = [&](const std::string& text) {
+          return "-e/--maxbytes " + max_text + ": " + text +
+                 " (lower -e, or use fewer ranks per node)";
+        };
+        ted::RunWiring run(spec, layout);
+        ted::Device& device = run.device();
+        ted::Communicator& world = run.world();
+        if (options.compare_mpi && world.name() != "mpi")
           throw ted::ConfigError("--compare-mpi needs host memory (--comm mpi --device cpu)");
-        const std::string carrier = world->name();  // mpi, mpi-staged or nccl
+        const std::string carrier = world.name();  // mpi, mpi-staged or nccl
         if (csv_path.empty())
           csv_path = "results/local/collbench/" + std::string(ted::to_string(options.op)) + "_" +
                      std::string(ted::to_string(options.group)) + "_" + carrier + "_G" +
                      std::to_string(mpi.world_size()) + ".csv";
         if (std::filesystem::is_directory(csv_path))
           throw ted::ConfigError("--csv '" + csv_path + "' is a directory, not a file");
-        ted::TedGroups groups(*control, *world, grid);
-        ted::Communicator& group = groups.group(options.group);
-        group.set_ledger(&ledger);
+        ted::Communicator& group = run.groups().group(options.group);
+        group.set_ledger(&run.ledger());  // also for the world, which the run leaves alone
 
         if (mpi.world_rank() == 0) {
           std::printf("# ted_collbench %s: %s on the %s group (size %d), %d ranks %s\n",
@@ -162,7 +164,7 @@ int main(int argc, char** argv) {
           std::printf(
               "# backend %s (%s), dtype %s, warm-up %d, timed %d; time = slowest rank, "
               "median (p10 p90) in us; bandwidth GB/s\n",
-              carrier.c_str(), device->name().c_str(),
+              carrier.c_str(), device.name().c_str(),
               std::string(ted::to_string(options.dtype)).c_str(), options.warmup_iters,
               options.iters);
           std::printf("#%11s %12s %10s %10s %10s %8s %8s %8s", "size", "count", "time", "p10",
@@ -170,8 +172,8 @@ int main(int argc, char** argv) {
           if (options.compare_mpi) std::printf(" %10s %8s %6s", "mpi_time", "mpi_bus", "ratio");
           std::printf("\n");
         }
-        auto rows = ted::bench::run_collective_bench(options, *control, group, *device, &print_row,
-                                                     &options.compare_mpi);
+        auto rows = ted::bench::run_collective_bench(options, run.control(), group, device,
+                                                     &print_row, &options.compare_mpi);
 
         std::uint64_t wrong = 0;
         double ratio_sum = 0;

@@ -128,17 +128,28 @@ ted_prepare() {
   ted_mpi_env
 }
 
+# The experiments' table (experiments/registry.txt): with no argument, the names in its order;
+# `ted_experiments <column> <name>` one field of a name's row (plot, check, rows, deepspeed);
+# `ted_experiments deepspeed=yes` the names whose column says so.
+ted_experiments() {
+  awk -v want="${1:-}" -v name="${2:-}" '
+    BEGIN { split("name plot check rows deepspeed", columns, " "); for (i in columns) at[columns[i]] = i }
+    /^[a-z]/ {
+      if (want == "") print $1
+      else if (index(want, "=")) { split(want, kv, "="); if ($at[kv[1]] == kv[2]) print $1 }
+      else if ($1 == name) print $at[want]
+    }' "$TED_ROOT/experiments/registry.txt"
+}
+
 # Runs one experiment on 4 CPU ranks with experiments/<name>/cpu.yaml and draws its figure; with
 # a topology (experiments/emulated/*.yaml) it runs on that emulated cluster instead
 # (scripts/emulated_cluster.sh, root only), into results/<name>/emulated_<topology>.csv.
 # TED_RESULTS and TED_PLOTS (default results and plots, the committed results) say where the CSV
 # and the figure go; the main job points them at the ignored results/local and plots/local.
-ted_run_experiment() {  # <ablation | weak_scaling | strong_scaling | memory> [topology.yaml]
+ted_run_experiment() {  # <a name of experiments/registry.txt> [topology.yaml]
   local name=$1 topology=${2:-} plot
-  case $name in
-    weak_scaling | strong_scaling) plot=plots/plot_scaling.py ;;
-    *) plot=plots/plot_$name.py ;;
-  esac
+  plot=$(ted_experiments plot "$name")
+  [ -n "$plot" ] || { echo "ted_run_experiment: '$name' is not in experiments/registry.txt" >&2; return 2; }
   local tag=cpu
   [ -n "$topology" ] && tag=emulated_$(basename "$topology" .yaml)
   local results=${TED_RESULTS:-results} plots=${TED_PLOTS:-plots}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# All four of the paper's experiments on 4 CPU ranks with their small settings
-# (experiments/<name>/cpu.yaml): CSV rows appended under results/<name>/, figures in plots/.
+# All of the paper's experiments on 4 CPU ranks with their small settings
+# (experiments/registry.txt; experiments/<name>/cpu.yaml): CSV rows appended under results/<name>/, figures in plots/.
 # Takes a minute or two. Give names to run only some: ./scripts/run_experiments.sh memory
 # --emulated <topology.yaml> runs them on an emulated multi-node cluster instead (root only):
 #   ./scripts/run_experiments.sh --emulated experiments/emulated/2x2.yaml ablation
@@ -12,6 +12,6 @@ if [ "${1:-}" = --emulated ]; then
   shift 2
 fi
 ted_prepare
-for experiment in "${@:-ablation weak_scaling strong_scaling memory}"; do
+for experiment in "${@:-$(ted_experiments)}"; do
   for name in $experiment; do ted_run_experiment "$name" "$topology"; done
 done

@@ -40,6 +40,8 @@ import ted_config
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = "deepspeed_baseline"
 
+# The columns of our CSVs, in their order: the C++ tables (lib/ted/run/train_csv.cpp,
+# lib/ted/experiments/rows.cpp) declare them; test csv_columns holds these lists equal to them.
 EXPERIMENT_COLUMNS = (
     "experiment,system,G,T,Ep,D,model,layers,hidden,heads,experts,top_k,parameters,seq_len,"
     "micro_batch,micro_batches,backend,dtype,grad_dtype,comm,device,checkpoint,dtd,cac,"

@@ -7,6 +7,7 @@ data ranks, so DeepSpeed runs the same model, micro-batches and tokens per step.
 import copy
 import math
 import os
+from pathlib import Path
 
 import yaml
 
@@ -43,7 +44,12 @@ DEFAULTS = {
     "largest": {"gpus": [], "max_tp": 8, "max_experts": 128},
 }
 TOP_LEVEL = {"experiment": "", "systems": []}
-EXPERIMENTS = ("ablation", "weak_scaling", "strong_scaling")
+# The experiments the DeepSpeed runner runs: those experiments/registry.txt marks deepspeed yes.
+EXPERIMENTS = tuple(
+    fields[0] for fields in (line.split() for line in
+                             (Path(__file__).resolve().parents[2] / "experiments/registry.txt")
+                             .read_text().splitlines())
+    if fields and fields[0][0].isalpha() and fields[4] == "yes")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -57,7 +57,7 @@ if [ "$has_gpu" = 0 ]; then
   bad_input "the CUDA backend without a GPU" ted_ablation ranks 2 ted_ablation -c "$ablation" \
     --set run.backend=cuda
 fi
-for experiment in ablation weak_scaling strong_scaling memory; do
+for experiment in $(awk '/^[a-z]/ { print $1 }' "$root/experiments/registry.txt"); do
   out="$scratch/paper_$experiment.out"
   paper="$root/experiments/$experiment/paper.yaml"
   # As it is: a GPU cluster's config. Without a GPU (or a CUDA build): one line, exit 2.

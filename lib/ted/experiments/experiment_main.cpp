@@ -9,7 +9,7 @@
 #include <mpi.h>
 
 #include "ted/app/app_main.hpp"
-#include "ted/app/check.hpp"
+#include "ted/run/check.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"

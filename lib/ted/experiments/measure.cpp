@@ -6,12 +6,10 @@
 #include <mpi.h>
 #include <sched.h>
 
-#include "ted/backend/registry.hpp"
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/parallel.hpp"
-#include "ted/grid/ted_groups.hpp"
-#include "ted/train/trainer.hpp"
+#include "ted/run/run.hpp"
 
 namespace ted::experiments {
 
@@ -24,8 +22,6 @@ constexpr CollectiveOp kOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_ga
 // The result's per-kind columns, in their order.
 constexpr CollectiveOp kReportedOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_to_all,
                                           CollectiveOp::all_gather, CollectiveOp::reduce_scatter};
-constexpr GroupKind kGroups[4] = {GroupKind::tensor, GroupKind::expert, GroupKind::expert_data,
-                                  GroupKind::nonexpert_data};
 
 // The most ranks of `comm` on one node per CPU they may run on (the union of their affinity
 // masks). Above 1 the OS time-slices the ranks. Collective over `comm`.
@@ -54,22 +50,18 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
   auto ranks = world.split(active ? 0 : 1, world.rank(), GroupKind::custom);
   Result result;
   if (active) {
-    const auto& run = point.train.run;
     auto* host = dynamic_cast<MpiCommunicator*>(ranks.get());
     TED_CHECK(host != nullptr, "the experiments' world must be MPI on host memory");
     // Over the point's ranks only: the others are not here.
-    auto base = make_device(parse_device_kind(run.backend), host->native_handle());
-    TrackingDevice device(*base);
-    auto device_world = make_device_communicator(parse_comm_backend(run.comm), device,
-                                                 host->native_handle(), nullptr);
+    RunSpec spec;
+    spec.control = host;
+    TrainingRun run(point.train, point.layout, spec);
+    auto& device = run.tracked();
+    auto& ledger = run.ledger();
+    auto& trainer = run.trainer();
     result.device = device.name();
     result.threads = parallel_threads();
-    result.comm = device_world->name();
-    ProcessGrid grid(G, point.layout);
-    TedGroups groups(*ranks, *device_world, grid);
-    Ledger ledger;
-    for (auto kind : kGroups) groups.group(kind).set_ledger(&ledger);
-    train::Trainer trainer(point.train, device, G > 1 ? &groups : nullptr);
+    result.comm = run.world().name();
     result.attention = trainer.attention();
     const int steps = iters == 0 ? 1 : warmup + iters;
     std::vector<double> times, comms, op_times[4];
@@ -102,7 +94,8 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
       }
     }
     for (int i = 0; i < 4; ++i)
-      for (auto kind : kGroups) result.bytes_sent[i] += ledger.total(kOps[i], kind).bytes_sent;
+      for (auto kind : kLedgerGroups)
+        result.bytes_sent[i] += ledger.total(kOps[i], kind).bytes_sent;
     result.all_to_all_calls = ledger.total(CollectiveOp::all_to_all, GroupKind::expert).calls;
     for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
       result.peak[c] = device.usage(static_cast<MemoryCategory>(c)).peak;
@@ -119,7 +112,8 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
       for (int d : spec.shape) n *= static_cast<std::uint64_t>(d);
       result.parameters += n;
     }
-    if (run.backend == "cpu") result.ranks_per_core = ranks_per_core(host->native_handle());
+    if (point.train.run.backend == "cpu")
+      result.ranks_per_core = ranks_per_core(host->native_handle());
     if (!times.empty()) {
       split_time(times, comms, op_times, &result);
       const auto& t = point.train;

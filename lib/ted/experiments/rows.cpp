@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "ted/core/csv_columns.hpp"
 #include "ted/core/git_revision.hpp"
 #include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
@@ -23,133 +24,113 @@ const std::string& run_id() {
   return id;
 }
 
+namespace {
+
+// What one row is read from.
+struct ResultRow {
+  const ExperimentConfig& config;
+  const Point& point;
+  const Result& result;
+  const std::string& command;
+};
+
+CsvField or_empty(bool present, CsvField value) {
+  return present ? std::move(value) : CsvField(std::string());
+}
+
+// The experiments' CSV, declared once. threads, slurm_job, ranks_per_core, run_id and attention
+// are last, so older CSVs gained them as trailing columns.
+CsvColumns<ResultRow> make_columns() {
+  using R = const ResultRow&;
+  using ll = long long;
+  using ull = unsigned long long;
+  CsvColumns<ResultRow> c;
+  c.add("experiment", [](R x) { return x.config.experiment; });
+  c.add("system", [](R x) { return x.point.system.name; });
+  c.add("G", [](R x) { return ll(x.point.layout.world_size()); });
+  c.add("T", [](R x) { return ll(x.point.layout.tensor); });
+  c.add("Ep", [](R x) { return ll(x.point.layout.expert); });
+  c.add("D", [](R x) { return ll(x.point.layout.data); });
+  c.add("model", [](R x) { return x.point.model_name; });
+  c.add("layers", [](R x) { return ll(x.point.train.model.layers); });
+  c.add("hidden", [](R x) { return ll(x.point.train.model.hidden); });
+  c.add("heads", [](R x) { return ll(x.point.train.model.heads); });
+  c.add("experts", [](R x) { return ll(x.point.train.model.gate.experts); });
+  c.add("top_k", [](R x) { return ll(x.point.train.model.gate.top_k); });
+  c.add("parameters", [](R x) { return ull(x.result.parameters); });
+  c.add("seq_len", [](R x) { return ll(x.point.train.model.seq_len); });
+  c.add("micro_batch", [](R x) { return ll(x.point.train.data.micro_batch); });
+  c.add("micro_batches", [](R x) { return ll(x.point.train.data.micro_batches); });
+  c.add("backend", [](R x) { return x.config.backend; });
+  c.add("dtype", [](R x) { return x.point.train.run.dtype; });
+  c.add("grad_dtype", [](R x) { return CsvField(std::string(precision_name(x.point.train.model.grad_dtype))); });
+  c.add("comm", [](R x) { return x.result.comm; });
+  c.add("device", [](R x) { return x.result.device; });
+  c.add("checkpoint", [](R x) { return ll(x.point.train.model.checkpoint); });
+  c.add("dtd", [](R x) { return ll(x.point.train.parallel.dtd); });
+  c.add("cac", [](R x) { return ll(x.point.train.parallel.cac); });
+  c.add("reduce_scatter", [](R x) { return ll(x.point.train.parallel.reduce_scatter); });
+  c.add("warmup", [](R x) { return ll(x.config.warmup); });
+  c.add("iters", [](R x) { return ll(x.config.iters); });
+  c.add("time_ms_median", [](R x) { return x.result.time_ms.median; });
+  c.add("time_ms_p10", [](R x) { return x.result.time_ms.p10; });
+  c.add("time_ms_p90", [](R x) { return x.result.time_ms.p90; });
+  c.add("compute_ms", [](R x) { return x.result.compute_ms; });
+  c.add("comm_ms", [](R x) { return x.result.comm_ms; });
+  // Result::op_ms's order.
+  const char* kinds[4] = {"all_reduce", "all_to_all", "all_gather", "reduce_scatter"};
+  for (int i = 0; i < 4; ++i)
+    c.add(std::string(kinds[i]) + "_ms", [i](R x) { return x.result.op_ms[i]; });
+  c.add("other_ms", [](R x) { return x.result.other_ms; });
+  c.add("pct_of_peak",
+        [](R x) { return or_empty(x.result.pct_of_peak >= 0, x.result.pct_of_peak); });
+  c.add("tokens_per_s", [](R x) { return x.result.tokens_per_s; });
+  c.add("tflops_per_rank", [](R x) { return x.result.tflops_per_rank; });
+  // Result::bytes_sent's order.
+  const char* sent[4] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+  for (int i = 0; i < 4; ++i)
+    c.add(std::string(sent[i]) + "_bytes", [i](R x) { return ull(x.result.bytes_sent[i]); });
+  c.add("all_to_all_calls", [](R x) { return ull(x.result.all_to_all_calls); });
+  for (std::size_t i = 0; i < kMemoryCategoryCount; ++i)
+    c.add("peak_" + std::string(to_string(static_cast<MemoryCategory>(i))) + "_bytes",
+          [i](R x) { return ull(x.result.peak[i]); });
+  c.add("peak_total_bytes", [](R x) { return ull(x.result.peak_total); });
+  c.add("budget_bytes", [](R x) { return or_empty(x.point.budget >= 0, ll(x.point.budget)); });
+  c.add("fits", [](R x) {
+    const std::int64_t budget = x.point.budget;
+    return or_empty(budget >= 0,
+                    ll(x.result.ran() && x.result.peak_total <= static_cast<std::size_t>(budget)));
+  });
+  c.add("status", [](R x) { return x.result.status; });
+  // Nothing trained in a projected row: no loss.
+  c.add("final_loss", [](R x) {
+    return or_empty(x.result.status.rfind("projected", 0) != 0, x.result.final_loss);
+  });
+  c.add("git_revision", [](R) { return std::string(git_revision()); });
+  c.add("command", [](R x) { return x.command; });
+  c.add("threads", [](R x) { return or_empty(x.result.threads > 0, ll(x.result.threads)); });
+  c.add("slurm_job", [](R) { return slurm_job(); });
+  c.add("ranks_per_core",
+        [](R x) { return or_empty(x.result.ranks_per_core > 0, x.result.ranks_per_core); });
+  c.add("run_id", [](R) { return run_id(); });
+  c.add("attention", [](R x) { return x.result.attention; });
+  return c;
+}
+
+const CsvColumns<ResultRow>& columns() {
+  static const CsvColumns<ResultRow> table = make_columns();
+  return table;
+}
+
+}  // namespace
+
 CsvTable result_table() {
-  std::vector<std::string> columns = {"experiment",
-                                      "system",
-                                      "G",
-                                      "T",
-                                      "Ep",
-                                      "D",
-                                      "model",
-                                      "layers",
-                                      "hidden",
-                                      "heads",
-                                      "experts",
-                                      "top_k",
-                                      "parameters",
-                                      "seq_len",
-                                      "micro_batch",
-                                      "micro_batches",
-                                      "backend",
-                                      "dtype",
-                                      "grad_dtype",
-                                      "comm",
-                                      "device",
-                                      "checkpoint",
-                                      "dtd",
-                                      "cac",
-                                      "reduce_scatter",
-                                      "warmup",
-                                      "iters",
-                                      "time_ms_median",
-                                      "time_ms_p10",
-                                      "time_ms_p90",
-                                      "compute_ms",
-                                      "comm_ms",
-                                      "all_reduce_ms",
-                                      "all_to_all_ms",
-                                      "all_gather_ms",
-                                      "reduce_scatter_ms",
-                                      "other_ms",
-                                      "pct_of_peak",
-                                      "tokens_per_s",
-                                      "tflops_per_rank",
-                                      "all_reduce_bytes",
-                                      "all_gather_bytes",
-                                      "reduce_scatter_bytes",
-                                      "all_to_all_bytes",
-                                      "all_to_all_calls"};
-  for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
-    columns.push_back("peak_" + std::string(to_string(static_cast<MemoryCategory>(c))) + "_bytes");
-  // threads, slurm_job, ranks_per_core, run_id and attention last, so older CSVs gain them as
-  // trailing columns.
-  for (const char* name :
-       {"peak_total_bytes", "budget_bytes", "fits", "status", "final_loss", "git_revision",
-        "command", "threads", "slurm_job", "ranks_per_core", "run_id", "attention"})
-    columns.push_back(name);
-  return CsvTable(columns);
+  return columns().table();
 }
 
 void add_result(CsvTable& table, const ExperimentConfig& config, const Point& point,
                 const Result& r, const std::string& command) {
-  const std::int64_t budget = point.budget;
-  const auto& m = point.train.model;
-  const auto& par = point.train.parallel;
-  table.row()
-      .add(config.experiment)
-      .add(point.system.name)
-      .add(point.layout.world_size())
-      .add(point.layout.tensor)
-      .add(point.layout.expert)
-      .add(point.layout.data)
-      .add(point.model_name)
-      .add(m.layers)
-      .add(m.hidden)
-      .add(m.heads)
-      .add(m.gate.experts)
-      .add(m.gate.top_k)
-      .add(static_cast<unsigned long long>(r.parameters))
-      .add(m.seq_len)
-      .add(point.train.data.micro_batch)
-      .add(point.train.data.micro_batches)
-      .add(config.backend)
-      .add(point.train.run.dtype)
-      .add(std::string(precision_name(point.train.model.grad_dtype)))
-      .add(r.comm)
-      .add(r.device)
-      .add(int(m.checkpoint))
-      .add(int(par.dtd))
-      .add(int(par.cac))
-      .add(int(par.reduce_scatter))
-      .add(config.warmup)
-      .add(config.iters)
-      .add(r.time_ms.median)
-      .add(r.time_ms.p10)
-      .add(r.time_ms.p90)
-      .add(r.compute_ms)
-      .add(r.comm_ms);
-  for (double ms : r.op_ms) table.add(ms);
-  table.add(r.other_ms);
-  if (r.pct_of_peak >= 0)
-    table.add(r.pct_of_peak);
-  else
-    table.add("");
-  table.add(r.tokens_per_s).add(r.tflops_per_rank);
-  for (auto bytes : r.bytes_sent) table.add(static_cast<unsigned long long>(bytes));
-  table.add(static_cast<unsigned long long>(r.all_to_all_calls));
-  for (auto peak : r.peak) table.add(static_cast<unsigned long long>(peak));
-  table.add(static_cast<unsigned long long>(r.peak_total));
-  if (budget >= 0)
-    table.add(static_cast<long long>(budget))
-        .add(int(r.ran() && r.peak_total <= static_cast<std::size_t>(budget)));
-  else
-    table.add("").add("");
-  table.add(r.status);
-  if (r.status.rfind("projected", 0) == 0)
-    table.add("");  // nothing trained: no loss
-  else
-    table.add(r.final_loss);
-  table.add(git_revision()).add(command);
-  if (r.threads > 0)
-    table.add(r.threads);
-  else
-    table.add("");
-  table.add(slurm_job());
-  if (r.ranks_per_core > 0)
-    table.add(r.ranks_per_core);
-  else
-    table.add("");
-  table.add(run_id()).add(r.attention);
+  columns().add_row(table, {config, point, r, command});
 }
 
 void append_rows(const CsvTable& table, const std::string& path) {

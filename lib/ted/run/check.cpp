@@ -1,4 +1,4 @@
-#include "ted/app/check.hpp"
+#include "ted/run/check.hpp"
 
 #include <cstdio>
 

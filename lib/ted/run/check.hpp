@@ -1,7 +1,7 @@
-// The verdict of --check (app_main.hpp): does a run's projected peak fit where it will run?
-// On the cluster the YAML names (run.cluster) when it names one; else, for the CPU backend,
-// this host's available memory shared by all the ranks; a GPU run without run.cluster is not
-// judged (said so in the line).
+// The verdict of --check (the option app/app_main.hpp declares): does a run's projected peak fit
+// where it will run? On the cluster the YAML names (run.cluster) when it names one; else, for the
+// CPU backend, this host's available memory shared by all the ranks; a GPU run without run.cluster
+// is not judged (said so in the line).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,23 @@
+# The paper's experiments from their one table, experiments/registry.txt: TED_EXPERIMENTS (the
+# names, in the table's order) and, per name, TED_EXPERIMENT_<name>_CHECK and _ROWS (the test's
+# check and row count, "" for "-"). Editing the table re-runs configure.
+set(_registry ${PROJECT_SOURCE_DIR}/experiments/registry.txt)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_registry})
+file(STRINGS ${_registry} _lines REGEX "^[a-z]")
+set(TED_EXPERIMENTS)
+foreach(line IN LISTS _lines)
+  string(REGEX REPLACE "[ \t]+" ";" fields "${line}")
+  list(LENGTH fields count)
+  if(NOT count EQUAL 5)
+    message(FATAL_ERROR "experiments/registry.txt: '${line}': 5 columns expected")
+  endif()
+  list(GET fields 0 name)
+  list(GET fields 2 check)
+  list(GET fields 3 rows)
+  if(rows STREQUAL "-")
+    set(rows "")
+  endif()
+  list(APPEND TED_EXPERIMENTS ${name})
+  set(TED_EXPERIMENT_${name}_CHECK ${check})
+  set(TED_EXPERIMENT_${name}_ROWS "${rows}")
+endforeach()
