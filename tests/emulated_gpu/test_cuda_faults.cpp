@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "comm/test_env.hpp"
-#include "ted/backend/cuda/launch.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/core/error.hpp"
 #include "ted/device/cuda_device.hpp"
 #include "ted/device/tensor.hpp"
+#include "ted/kernels/cuda/launch.hpp"
 #include "ted_emu/control.hpp"
 
 using ted::DataType;
@@ -198,14 +198,14 @@ TEST_CASE("a collective whose peer never comes ends the process with one line",
 
 TEST_CASE("with TED_CUDA_DEBUG=1 a failing kernel is reported at its launch, by name",
           "[.debug_launches][emulated]") {
-  REQUIRE(ted::cuda::debug_launches());
+  REQUIRE(ted::kernels::cuda::debug_launches());
   REQUIRE(cudaSetDevice(1) == cudaSuccess);  // this test leaves its device failed
   cudaStream_t stream;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   int* out = nullptr;
   REQUIRE(cudaMalloc(reinterpret_cast<void**>(&out), 32 * sizeof(int)) == cudaSuccess);
   try {
-    ted::cuda::launch<stuck_kernel>(1, 32, 0, stream, out);
+    ted::kernels::cuda::launch<stuck_kernel>(1, 32, 0, stream, out);
     FAIL("the launch returned");
   } catch (const ted::Error& e) {
     const std::string text = e.what();

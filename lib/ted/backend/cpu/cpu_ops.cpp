@@ -14,6 +14,7 @@
 #include "ted/kernels/cpu/flash_attention.hpp"
 #include "ted/kernels/cpu/gating.hpp"
 #include "ted/kernels/cpu/layers.hpp"
+#include "ted/kernels/cpu/moe.hpp"
 
 namespace ted::cpu {
 namespace {
@@ -382,9 +383,7 @@ class CpuOps final : public Ops<T> {
                       T* d_logits) override {
     TED_OP_TIMER(__func__);
     Out<T> d(d_logits, count_of<T>(r.tokens, r.experts), false);
-    kc::route_backward<M>({r.probs.data(), r.expert.data(), r.slot.data(), r.gate_value.data(),
-                           r.weight.data(), r.first_count.data(), r.aux.data()},
-                          r.tokens, r.experts, r.top_k, d_weight, aux_scale, d);
+    kc::route_backward<M>(arrays(r), r.tokens, r.experts, r.top_k, d_weight, aux_scale, d);
   }
 
   model::RoutingStats routing_stats(const model::Routing<M>& r) override {
@@ -398,67 +397,26 @@ class CpuOps final : public Ops<T> {
 
   void dispatch(const T* x, const model::Routing<M>& r, T* buffer, int h, int capacity) override {
     TED_OP_TIMER(__func__);
-    std::fill(buffer, buffer + static_cast<std::size_t>(r.experts) * capacity * h, narrow<T>(0));
-    for_each_kept_parallel(r, capacity, [&](int s, std::size_t, std::size_t row) {
-      std::copy(x + static_cast<std::size_t>(s) * h, x + static_cast<std::size_t>(s + 1) * h,
-                buffer + row * h);
-    });
+    kc::dispatch<T>(x, arrays(r), r.tokens, r.experts, r.top_k, buffer, h, capacity);
   }
 
   void dispatch_backward(const T* d_buffer, const model::Routing<M>& r, T* dx, int h,
                          int capacity) override {
     TED_OP_TIMER(__func__);
-    for_each_kept_parallel(r, capacity, [&](int s, std::size_t, std::size_t row) {
-      const T* d = d_buffer + row * h;
-      T* out = dx + static_cast<std::size_t>(s) * h;
-      for (int j = 0; j < h; ++j) out[j] = narrow<T>(widen(out[j]) + widen(d[j]));
-    });
+    kc::dispatch_backward<T>(d_buffer, arrays(r), r.tokens, r.top_k, dx, h, capacity);
   }
 
   void combine(const T* expert_out, const model::Routing<M>& r, T* y, int h,
                int capacity) override {
     TED_OP_TIMER(__func__);
-    const M* weight = r.weight.data();
-    parallel_for(
-        r.tokens,
-        [&](std::int64_t first, std::int64_t last) {
-          std::vector<C> row(static_cast<std::size_t>(h));
-          for (std::int64_t s = first; s < last; ++s) {
-            std::fill(row.begin(), row.end(), C(0));
-            for (int k = 0; k < r.top_k; ++k) {
-              const std::size_t index = static_cast<std::size_t>(s) * r.top_k + k;
-              const std::int32_t slot = r.slot.data()[index];
-              if (slot < 0) continue;
-              const T* out =
-                  expert_out +
-                  (static_cast<std::size_t>(r.expert.data()[index]) * capacity + slot) * h;
-              for (int j = 0; j < h; ++j) row[j] += weight[index] * widen(out[j]);
-            }
-            T* dst = y + static_cast<std::size_t>(s) * h;
-            for (int j = 0; j < h; ++j) dst[j] = narrow<T>(row[j]);
-          }
-        },
-        kRows);
+    kc::combine<T>(expert_out, arrays(r), r.tokens, r.top_k, y, h, capacity);
   }
 
   void combine_backward(const T* expert_out, const T* dy, const model::Routing<M>& r,
                         T* d_expert_out, M* d_weight, int h, int capacity) override {
     TED_OP_TIMER(__func__);
-    std::fill(d_expert_out, d_expert_out + static_cast<std::size_t>(r.experts) * capacity * h,
-              narrow<T>(0));
-    std::fill(d_weight, d_weight + count_of<T>(r.tokens, r.top_k), M(0));
-    const M* weight = r.weight.data();
-    for_each_kept_parallel(r, capacity, [&](int s, std::size_t index, std::size_t row) {
-      const T* g = dy + static_cast<std::size_t>(s) * h;
-      const T* out = expert_out + row * h;
-      T* d = d_expert_out + row * h;
-      C dot = 0;
-      for (int j = 0; j < h; ++j) {
-        d[j] = narrow<T>(weight[index] * widen(g[j]));
-        dot += widen(g[j]) * widen(out[j]);
-      }
-      d_weight[index] = dot;
-    });
+    kc::combine_backward<T>(expert_out, dy, arrays(r), r.tokens, r.experts, r.top_k, d_expert_out,
+                            d_weight, h, capacity);
   }
 
   void experts_forward(const T* in, const T* w1, const T* b1, const T* w2, T* hidden, T* act,
@@ -471,46 +429,7 @@ class CpuOps final : public Ops<T> {
         b1c(b1, count_of<T>(experts, f)), w2c(w2, count_of<T>(experts, f) * h);
     Out<T> hid(hidden, blocks * R * f, false), a(act, blocks * R * f, false),
         o(out, blocks * R * h, false);
-    auto block = [&](std::size_t b) {
-      const std::size_t le = b % static_cast<std::size_t>(experts);
-      const int used = used_of(used_rows, b, rows);
-      C* ob = o + b * R * h;
-      std::fill(ob + static_cast<std::size_t>(used) * h, ob + R * h, C(0));  // empty slots
-      if (used == 0) return;
-      kc::linear_forward<C>(x + b * R * h, w1c + le * h * f, nullptr, hid + b * R * f, used, h, f);
-      kc::bias_gelu_forward<C>(hid + b * R * f, b1c + le * f, a + b * R * f, used, f);
-      kc::linear_forward<C>(a + b * R * f, w2c + le * f * h, nullptr, ob, used, f, h);
-    };
-    side_by_side(blocks, block, [&](std::size_t b) { return used_of(used_rows, b, rows); });
-  }
-
-  // Rows of block b that hold tokens: used_rows[b] (at most rows), or all of them.
-  static int used_of(const std::int32_t* used_rows, std::size_t b, int rows) {
-    return used_rows ? std::clamp(used_rows[b], 0, rows) : rows;
-  }
-
-  // Runs work(i) for i in [0, n): when the pool threads the GEMMs (kernels/cpu/blas.hpp) and
-  // there are at least as many items as threads, whole items side by side, each item's GEMMs
-  // on its own thread and each thread taking the next item when it is done, the costliest
-  // first so that the threads finish together (on 2 cores, splitting one expert's capacity-row
-  // GEMMs gave 1.70x the one thread, experts side by side 1.8-1.9x); else one after the other,
-  // each GEMM threaded. Items are independent, so their order changes nothing they compute.
-  template <typename Work, typename Cost>
-  static void side_by_side(std::size_t n, Work&& work, Cost&& cost) {
-    const auto threads = static_cast<std::size_t>(parallel_threads());
-    if (kc::pool_threads_blas() && threads > 1 && n >= threads) {
-      std::vector<std::size_t> order(n);
-      for (std::size_t i = 0; i < n; ++i) order[i] = i;
-      std::stable_sort(order.begin(), order.end(),
-                       [&](std::size_t a, std::size_t b) { return cost(a) > cost(b); });
-      parallel_chunks(static_cast<std::int64_t>(n), static_cast<int>(n),
-                      [&](std::int64_t first, std::int64_t last) {
-                        for (std::int64_t i = first; i < last; ++i)
-                          work(order[static_cast<std::size_t>(i)]);
-                      });
-      return;
-    }
-    for (std::size_t i = 0; i < n; ++i) work(i);
+    kc::experts_forward<C>(x, w1c, b1c, w2c, hid, a, o, sources, experts, rows, h, f, used_rows);
   }
 
   void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden, const T* act,
@@ -524,31 +443,10 @@ class CpuOps final : public Ops<T> {
         w2c(w2, count_of<T>(experts, f) * h), hid(hidden, blocks * R * f), a(act, blocks * R * f),
         dout(d_out, blocks * R * h);
     Out<T> dx(d_in, blocks * R * h, false);
-    std::fill(static_cast<C*>(dx), static_cast<C*>(dx) + blocks * R * h, C(0));
     // The hidden layer's gradient, on the device (so the allocator sees it).
     Tensor<C> d_hidden(this->device(), blocks * R * f);
-    // A local expert's blocks (one per source rank) add into its weight gradients in source
-    // order, so the work items are the local experts. Rows past a block's used rows are empty
-    // slots with a zero gradient: they would add nothing.
-    auto expert = [&](std::size_t le) {
-      for (std::size_t b = le; b < blocks; b += static_cast<std::size_t>(experts)) {
-        const int used = used_of(used_rows, b, rows);
-        if (used == 0) continue;
-        C* dh = d_hidden.data() + b * R * f;
-        std::fill(dh, dh + static_cast<std::size_t>(used) * f, C(0));
-        kc::linear_backward<C>(a + b * R * f, w2c + le * f * h, dout + b * R * h, dh,
-                               dw2 + le * f * h, db2 + le * h, used, f, h);
-        kc::gelu_bias_backward<C>(hid + b * R * f, dh, db1 + le * f, used, f);
-        kc::linear_backward<C>(x + b * R * h, w1c + le * h * f, dh, dx + b * R * h,
-                               dw1 + le * h * f, nullptr, used, h, f);
-      }
-    };
-    side_by_side(static_cast<std::size_t>(experts), expert, [&](std::size_t le) {
-      int rows_used = 0;
-      for (std::size_t b = le; b < blocks; b += static_cast<std::size_t>(experts))
-        rows_used += used_of(used_rows, b, rows);
-      return rows_used;
-    });
+    kc::experts_backward<C>(x, w1c, w2c, hid, a, dout, dx, d_hidden.data(), dw1, db1, dw2, db2,
+                            sources, experts, rows, h, f, used_rows);
   }
 
   void scale_copy(const void* g, DataType g_type, M* out, std::size_t count, M scale) override {
@@ -590,24 +488,10 @@ class CpuOps final : public Ops<T> {
   }
 
  private:
-  // f(token, choice index, buffer row) for every kept choice, tokens split over the thread
-  // pool (each token's choices in order, by one thread). Fine for the callers: a buffer row
-  // belongs to one choice, and a token's own rows are touched by its thread only.
-  template <typename F>
-  static void for_each_kept_parallel(const model::Routing<M>& r, int capacity, F&& f) {
-    parallel_for(
-        r.tokens,
-        [&](std::int64_t first, std::int64_t last) {
-          for (std::int64_t s = first; s < last; ++s)
-            for (int k = 0; k < r.top_k; ++k) {
-              const std::size_t index = static_cast<std::size_t>(s) * r.top_k + k;
-              const std::int32_t slot = r.slot.data()[index];
-              if (slot < 0) continue;
-              f(static_cast<int>(s), index,
-                static_cast<std::size_t>(r.expert.data()[index]) * capacity + slot);
-            }
-        },
-        kRows);
+  // A routing's arrays, as the kernels of kernels/cpu read them.
+  static kc::RoutingArrays<const M> arrays(const model::Routing<M>& r) {
+    return {r.probs.data(),  r.expert.data(),      r.slot.data(), r.gate_value.data(),
+            r.weight.data(), r.first_count.data(), r.aux.data()};
   }
 };
 

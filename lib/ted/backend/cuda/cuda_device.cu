@@ -1,7 +1,7 @@
-#include "ted/backend/cuda/launch.hpp"
 #include "ted/core/units.hpp"
 #include "ted/device/cuda_check.hpp"
 #include "ted/device/cuda_device.hpp"
+#include "ted/kernels/cuda/launch.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,6 +13,8 @@
 
 namespace ted::cuda {
 namespace {
+
+using kernels::cuda::launch;
 
 template <typename T>
 __global__ void fill_kernel(T* data, std::size_t count, T value) {
@@ -227,33 +229,6 @@ void release_cached_memory(Device& device) {
             "release_cached_memory needs a CUDA device, got " + device.name());
   device.synchronize();  // frees queued on the stream have happened
   trim_pool(cuda_device->ordinal());
-}
-
-bool debug_launches() {
-  static const bool on = [] {
-    const char* value = std::getenv("TED_CUDA_DEBUG");
-    return value && *value && std::string(value) != "0";
-  }();
-  return on;
-}
-
-std::string kernel_name_from(const char* pretty_function) {
-  const std::string text(pretty_function);
-  std::size_t at = text.find("Kernel = ");
-  if (at == std::string::npos) return text;
-  at += 9;
-  return text.substr(at, text.find_first_of(";]", at) - at);
-}
-
-void launch_failed(const std::string& kernel, cudaError_t error, dim3 grid, dim3 block,
-                   std::size_t shared_bytes, bool ran) {
-  auto dims = [](dim3 d) {
-    return std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z);
-  };
-  throw Error("CUDA: kernel " + kernel + " (grid " + dims(grid) + ", block " + dims(block) + ", " +
-              std::to_string(shared_bytes) + " bytes of dynamic shared memory) " +
-              (ran ? "failed while running: " : "was refused: ") + cudaGetErrorString(error) +
-              ", " + device_tag());
 }
 
 cudaStream_t stream_of(Device& device) {

@@ -13,10 +13,10 @@
 #include <initializer_list>
 #include <unordered_map>
 
-#include "ted/backend/cuda/launch.hpp"
 #include "ted/core/dtype.hpp"
 #include "ted/device/cuda_check.hpp"
 #include "ted/kernels/cuda/kernels.hpp"
+#include "ted/kernels/cuda/launch.hpp"
 
 #define TED_CHECK_CUBLAS(stmt)                                                                    \
   do {                                                                                            \
@@ -146,8 +146,6 @@ inline unsigned row_threads(int width, int per) {
 #define TED_GRID_STRIDE(i, count)                                                       \
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; \
        i < (count); i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-
-using ted::cuda::launch;  // launch<kernel>(grid, block, shared bytes, stream, args...)
 
 // The launch's dynamic shared memory (its third launch argument), as T*.
 template <typename T>

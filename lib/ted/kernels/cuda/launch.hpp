@@ -1,8 +1,9 @@
-// Kernel launches. Every kernel of the CUDA backend starts through launch<kernel>(grid, block,
-// shared bytes, stream, arguments...), in place of kernel<<<grid, block, shared, stream>>>(...):
-// the one place that checks a launch and names the kernel when it fails. With TED_CUDA_DEBUG=1
-// it also waits for each kernel and checks how it ran, so an error is reported at the launch
-// that caused it rather than at some later synchronisation.
+// Kernel launches. Every kernel of the CUDA backend (kernels/cuda, and the device's fill in
+// backend/cuda) starts through launch<kernel>(grid, block, shared bytes, stream, arguments...),
+// in place of kernel<<<grid, block, shared, stream>>>(...): the one place that checks a launch
+// and names the kernel when it fails. With TED_CUDA_DEBUG=1 it also waits for each kernel and
+// checks how it ran, so an error is reported at the launch that caused it rather than at some
+// later synchronisation. It lives with the kernels, so that they include nothing of backend/.
 //
 // It launches with CUDA 12's typed cudaLaunchKernelEx, which the emulated GPU of the tests
 // implements as well (docs/emulated_gpu.md), so the kernel sources are the same for both.
@@ -14,7 +15,7 @@
 #include <string>
 #include <utility>
 
-namespace ted::cuda {
+namespace ted::kernels::cuda {
 
 // TED_CUDA_DEBUG=1 in the environment (read once): wait for and check every launch.
 bool debug_launches();
@@ -53,4 +54,4 @@ void launch(dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream
   }
 }
 
-}  // namespace ted::cuda
+}  // namespace ted::kernels::cuda
