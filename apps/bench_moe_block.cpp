@@ -66,7 +66,7 @@ void moe_block(benchmark::State& state, BlockShape shape) {
   // model's FLOPs, as PyTorch's block runs them).
   const auto& config = model.config();
   const double slots =
-      static_cast<double>(config.gate.experts) * ted::model::expert_capacity(config.gate, tokens);
+      static_cast<double>(config.gate.experts) * ted::routing::expert_capacity(config.gate, tokens);
   const double kept = (static_cast<double>(tokens) * config.gate.top_k - dropped) / slots;
   const double expert_flops = 3.0 * 4.0 * slots * config.hidden * config.ffn();
   const double ran =

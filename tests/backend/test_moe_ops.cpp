@@ -18,12 +18,12 @@ namespace {
 
 struct GateCase {
   const char* name;
-  model::GateConfig config;
+  routing::GateConfig config;
 };
 
 std::vector<GateCase> gate_cases() {
   std::vector<GateCase> cases;
-  model::GateConfig c;
+  routing::GateConfig c;
   c.experts = 8;
   c.top_k = 1;
   c.capacity_factor = 0.5;
@@ -54,7 +54,7 @@ struct HostRouting {
 };
 
 HostRouting reference_route(const std::vector<float>& logits, int tokens,
-                            const model::GateConfig& config, const model::RoutingKey& key) {
+                            const routing::GateConfig& config, const routing::RoutingKey& key) {
   HostRouting r;
   const std::size_t choices = static_cast<std::size_t>(tokens) * config.top_k;
   r.probs.resize(static_cast<std::size_t>(tokens) * config.experts);
@@ -74,14 +74,14 @@ HostRouting reference_route(const std::vector<float>& logits, int tokens,
 
 TEST_CASE("routing makes the CPU reference's choices", "[ops][gate]") {
   const int S = 300;
-  const model::RoutingKey key{77, 5, 3, 1000};
+  const routing::RoutingKey key{77, 5, 3, 1000};
   for (const auto& gate : gate_cases()) {
     SECTION(gate.name) {
       const int E = gate.config.experts, K = gate.config.top_k;
       auto logits = random_vector(static_cast<std::size_t>(S) * E, 30);
       auto want = reference_route(logits, S, gate.config, key);
       auto glogits = upload<float>(logits);
-      model::Routing<float> r;
+      routing::Routing<float> r;
       ops<float>().route(glogits.data(), S, gate.config, key, r);
       CHECK(r.capacity == want.capacity);
       CHECK(download_i32(r.expert) == want.expert);
@@ -129,12 +129,12 @@ TEMPLATE_TEST_CASE("dispatch and combine into a padded capacity, forward and bac
   using T = TestType;
   // Rows a backend may move 16 bytes at a time (40), and rows it cannot (37).
   const int S = 120, h = GENERATE(40, 37);
-  model::GateConfig config = gate_cases()[2].config;  // top-2, RTS, noise, drops
-  const model::RoutingKey key{5, 1, 0, 0};
+  routing::GateConfig config = gate_cases()[2].config;  // top-2, RTS, noise, drops
+  const routing::RoutingKey key{5, 1, 0, 0};
   auto logits = random_vector(static_cast<std::size_t>(S) * config.experts, 32);
   auto r = reference_route(logits, S, config, key);
   auto glogits = upload<float>(logits);
-  model::Routing<float> gr;
+  routing::Routing<float> gr;
   ops<T>().route(glogits.data(), S, config, key, gr);
   REQUIRE(download_i32(gr.slot) == r.slot);
   const int Cp = r.capacity + 3;  // DTD pads the capacity to a multiple of T

@@ -74,15 +74,15 @@ TEMPLATE_TEST_CASE("one expert: routing, dispatch, the expert and combine",
                    "[ops][experts][shapes]", STORAGE_TYPES) {
   using T = TestType;
   const int S = 24, h = 8, f = 16;
-  model::GateConfig config;
+  routing::GateConfig config;
   config.experts = 1;
   config.top_k = 1;
   config.capacity_factor = 0.75;  // 18 of the 24 tokens fit
   config.min_capacity = 1;
-  const model::RoutingKey key{9, 2, 0, 0};
+  const routing::RoutingKey key{9, 2, 0, 0};
   auto logits = random_vector(S, 60);
   auto glogits = upload<float>(logits);
-  model::Routing<float> r;
+  routing::Routing<float> r;
   ops<T>().route(glogits.data(), S, config, key, r);
   REQUIRE(r.capacity == 18);
   const auto slots = download_i32(r.slot);
@@ -135,12 +135,12 @@ TEMPLATE_TEST_CASE("16-bit sums of squares, overflow checks and routing backward
     CHECK_FALSE(o.has_non_finite(with_bad.data(), dtype, 45678));
   }
   // The routing backward writes 16-bit logit gradients, each rounded once.
-  model::GateConfig config;
+  routing::GateConfig config;
   config.experts = 6;
   config.top_k = 2;
   config.capacity_factor = 0.8;
   const int S = 90, E = config.experts;
-  const model::RoutingKey key{4, 1, 1, 0};
+  const routing::RoutingKey key{4, 1, 1, 0};
   auto logits = random_vector(S * E, 71);
   std::vector<float> probs(S * E), gate_value(S * 2), weight(S * 2);
   std::vector<std::int32_t> expert(S * 2), slot(S * 2), first_count(E);
@@ -154,7 +154,7 @@ TEMPLATE_TEST_CASE("16-bit sums of squares, overflow checks and routing backward
                               weight.data(), first_count.data(), &aux},
                              S, E, 2, d_weight.data(), 0.2f, d_logits.data());
   auto glogits = upload<float>(logits), gdw = upload<float>(d_weight);
-  model::Routing<float> r;
+  routing::Routing<float> r;
   o.route(glogits.data(), S, config, key, r);
   REQUIRE(download_i32(r.slot) == slot);
   Tensor<T> gd(device(), d_logits.size());
@@ -179,14 +179,14 @@ TEST_CASE("shapes at the paper's scale and past a grid's y limit", "[ops][shapes
   using T = BFloat16;
   SECTION("dispatch and combine of 8192 tokens of 4096, 8 experts, top-2") {
     const int S = 8192, h = 4096;
-    model::GateConfig config;
+    routing::GateConfig config;
     config.experts = 8;
     config.top_k = 2;
     config.capacity_factor = 1.0;
-    const model::RoutingKey key{11, 0, 0, 0};
+    const routing::RoutingKey key{11, 0, 0, 0};
     auto logits = random_vector(static_cast<std::size_t>(S) * config.experts, 80);
     auto glogits = upload<float>(logits);
-    model::Routing<float> r;
+    routing::Routing<float> r;
     ops<T>().route(glogits.data(), S, config, key, r);
     const int C = r.capacity;
     REQUIRE(C == 2048);

@@ -192,11 +192,11 @@ TEST_CASE("gradcheck: cross-entropy") {
 TEST_CASE("gradcheck: aux loss through the gate softmax") {
   const int S = 6, E = 4;
   Vec logits = random_vector(S * E, 17);
-  ted::model::GateConfig config;
+  ted::routing::GateConfig config;
   config.experts = E;
   auto device = ted::make_cpu_device();
   auto ops = ted::make_ops<double>(*device);
-  ted::model::Routing<double> routing;
+  ted::routing::Routing<double> routing;
   auto loss = [&] {
     ops->route(logits.data(), S, config, {}, routing);
     return ops->routing_stats(routing).aux;
@@ -227,7 +227,7 @@ TEST_CASE("gradcheck: gate + dispatch + experts + combine") {
   };
   for (const auto& c : cases) {
     INFO(c.name);
-    ted::model::GateConfig config;
+    ted::routing::GateConfig config;
     config.experts = E;
     config.top_k = c.top_k;
     config.capacity_factor = c.capacity_factor;
@@ -240,7 +240,7 @@ TEST_CASE("gradcheck: gate + dispatch + experts + combine") {
     MoeInputs in(S, h, f, E, 20);
     Vec &x = in.x, &gate = in.gate, &w1 = in.w1, &b1 = in.b1, &w2 = in.w2, &b2 = in.b2;
     Vec r = random_vector(S * h, 26), y(S * h);
-    ted::model::RoutingKey key{5, 2, 1, 100};
+    ted::routing::RoutingKey key{5, 2, 1, 100};
     ted::model::MoeParams<double> params{gate.data(), w1.data(), b1.data(), w2.data(), b2.data()};
     ted::model::MoeActivations<double> acts;
     const ted::model::MoeShape shape{S, h, f, E};
@@ -277,7 +277,7 @@ TEST_CASE("MoE layer: each kept choice's expert FFN, weighted; empty slots left 
   const int S = 40, h = 6, f = 10, E = 4;
   const int top_k = GENERATE(1, 2);
   INFO("top-" << top_k);
-  ted::model::GateConfig config;
+  ted::routing::GateConfig config;
   config.experts = E;
   config.top_k = top_k;
   // Slots for every choice: the uneven loads drop some choices and leave some slots empty.
@@ -291,7 +291,7 @@ TEST_CASE("MoE layer: each kept choice's expert FFN, weighted; empty slots left 
   const ted::model::MoeParams<double> params{gate.data(), w1.data(), b1.data(), w2.data(),
                                              b2.data()};
   const ted::model::MoeShape shape{S, h, f, E};
-  const ted::model::RoutingKey key{5, 2, 1, 100};
+  const ted::routing::RoutingKey key{5, 2, 1, 100};
   struct Result {
     Vec y, dx, grads;
     int slots = 0, kept = 0;

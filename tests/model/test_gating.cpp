@@ -12,7 +12,7 @@
 #include "ted/core/random.hpp"
 #include "ted/routing/gating.hpp"
 
-using ted::model::GateConfig;
+using ted::routing::GateConfig;
 
 namespace {
 // A routing computed by the CPU backend (fp64), read into host vectors for the checks.
@@ -25,10 +25,10 @@ struct HostRouting {
 };
 
 HostRouting route(const double* logits, int tokens, const GateConfig& config,
-                  const ted::model::RoutingKey& key) {
+                  const ted::routing::RoutingKey& key) {
   auto device = ted::make_cpu_device();
   auto ops = ted::make_ops<double>(*device);
-  ted::model::Routing<double> r;
+  ted::routing::Routing<double> r;
   ops->route(logits, tokens, config, key, r);
   HostRouting host;
   host.capacity = r.capacity;
@@ -62,17 +62,17 @@ std::vector<double> preferring(int tokens, int experts, int first, int second) {
 }  // namespace
 
 TEST_CASE("capacity: ceil(k * cf * S / E), at least min_capacity") {
-  CHECK(ted::model::expert_capacity(gate(4, 1, 1.0, 0), 10) == 3);  // ceil(2.5)
-  CHECK(ted::model::expert_capacity(gate(4, 1, 1.0, 4), 10) == 4);  // min capacity wins
-  CHECK(ted::model::expert_capacity(gate(4, 2, 1.0, 0), 10) == 5);  // top-2 doubles it
-  CHECK(ted::model::expert_capacity(gate(8, 1, 1.25, 0), 64) == 10);
-  CHECK(ted::model::expert_capacity(gate(16, 1, 0.5, 0), 2048) == 64);
-  CHECK(ted::model::expert_capacity(gate(3, 1, 1.1, 0), 30) == 11);  // 11.000000000000002 -> 11
+  CHECK(ted::routing::expert_capacity(gate(4, 1, 1.0, 0), 10) == 3);  // ceil(2.5)
+  CHECK(ted::routing::expert_capacity(gate(4, 1, 1.0, 4), 10) == 4);  // min capacity wins
+  CHECK(ted::routing::expert_capacity(gate(4, 2, 1.0, 0), 10) == 5);  // top-2 doubles it
+  CHECK(ted::routing::expert_capacity(gate(8, 1, 1.25, 0), 64) == 10);
+  CHECK(ted::routing::expert_capacity(gate(16, 1, 0.5, 0), 2048) == 64);
+  CHECK(ted::routing::expert_capacity(gate(3, 1, 1.1, 0), 30) == 11);  // 11.000000000000002 -> 11
   // Exact, where DeepSpeed-MoE's float32 ceil(100 / 4 * 1.2f) gives 31 (docs/algorithm.md,
   // "Differences from DeepSpeed-MoE's gating").
-  CHECK(ted::model::expert_capacity(gate(4, 1, 1.2, 0), 100) == 30);
+  CHECK(ted::routing::expert_capacity(gate(4, 1, 1.2, 0), 100) == 30);
   // Fewer tokens than min_capacity: the minimum, where DeepSpeed-MoE's top-1 refuses.
-  CHECK(ted::model::expert_capacity(gate(4, 1, 1.0, 8), 5) == 8);
+  CHECK(ted::routing::expert_capacity(gate(4, 1, 1.0, 8), 5) == 8);
 }
 
 TEST_CASE("top-1: tokens over capacity are dropped by position; weight = prob") {
@@ -92,7 +92,7 @@ TEST_CASE("RTS: the kept tokens are those of highest random priority, keyed by t
   auto logits = preferring(8, 4, 1, 3);
   GateConfig config = gate(4, 1, 1.0, 3);
   config.random_token_selection = true;
-  ted::model::RoutingKey key{42, 7, 3, 1000};
+  ted::routing::RoutingKey key{42, 7, 3, 1000};
   auto r = route(logits.data(), 8, config, key);
   std::vector<std::pair<std::uint64_t, int>> priority;
   for (int s = 0; s < 8; ++s)
@@ -203,7 +203,7 @@ template <typename M>
 Routed<M> route_in(const std::vector<M>& logits, int tokens, const GateConfig& config) {
   auto device = ted::make_cpu_device();
   auto ops = ted::make_ops<M>(*device);
-  ted::model::Routing<M> r;
+  ted::routing::Routing<M> r;
   ops->route(logits.data(), tokens, config, {}, r);
   Routed<M> out;
   out.probs.assign(r.probs.data(), r.probs.data() + r.probs.size());

@@ -622,7 +622,7 @@ TEST_CASE("allocator: tiles bound the optimizer temporaries; the CAC stash equal
   // CAC keeps both all-to-all outputs of every MoE layer of the micro-batch in flight:
   // 2 x E x C' x h elements per layer, C' = C, or C / T with DTD.
   const int tokens = config.data.micro_batch * config.model.seq_len;
-  const std::size_t C = ted::model::expert_capacity(config.model.gate, tokens);
+  const std::size_t C = ted::routing::expert_capacity(config.model.gate, tokens);
   REQUIRE(C % T == 0);
   const std::size_t E = config.model.gate.experts, h = config.model.hidden, moe_layers = 1;
   config.model.checkpoint = true;

@@ -143,26 +143,27 @@ class Ops {
 
   // ---- the MoE layer ---------------------------------------------------------------------------
   // Routing of one gating group (routing/gating.hpp), allocating `out`'s buffers on the device.
-  virtual void route(const M* logits, int tokens, const model::GateConfig& config,
-                     const model::RoutingKey& key, model::Routing<M>& out) = 0;
+  virtual void route(const M* logits, int tokens, const routing::GateConfig& config,
+                     const routing::RoutingKey& key, routing::Routing<M>& out) = 0;
   // d_logits (overwritten) from the combine weights' gradient [tokens, top_k] and
   // aux_scale * d aux.
-  virtual void route_backward(const model::Routing<M>& routing, const M* d_weight, M aux_scale,
+  virtual void route_backward(const routing::Routing<M>& routing, const M* d_weight, M aux_scale,
                               T* d_logits) = 0;
-  virtual model::RoutingStats routing_stats(const model::Routing<M>& routing) = 0;
+  virtual routing::RoutingStats routing_stats(const routing::Routing<M>& routing) = 0;
   // buffer [experts, capacity, h] (overwritten; empty slots 0) gathers the kept tokens of x.
   // `capacity` is the buffer's (padded) capacity, at least the routing's.
-  virtual void dispatch(const T* x, const model::Routing<M>& routing, T* buffer, int h,
+  virtual void dispatch(const T* x, const routing::Routing<M>& routing, T* buffer, int h,
                         int capacity) = 0;
   // dx[s] += the gradients of its kept slots.
-  virtual void dispatch_backward(const T* d_buffer, const model::Routing<M>& routing, T* dx, int h,
-                                 int capacity) = 0;
+  virtual void dispatch_backward(const T* d_buffer, const routing::Routing<M>& routing, T* dx,
+                                 int h, int capacity) = 0;
   // y[s] = sum over kept choices of weight * expert_out[expert, slot] (overwritten).
-  virtual void combine(const T* expert_out, const model::Routing<M>& routing, T* y, int h,
+  virtual void combine(const T* expert_out, const routing::Routing<M>& routing, T* y, int h,
                        int capacity) = 0;
   // d_expert_out overwritten (0 in empty slots); d_weight [tokens, top_k] overwritten.
-  virtual void combine_backward(const T* expert_out, const T* dy, const model::Routing<M>& routing,
-                                T* d_expert_out, M* d_weight, int h, int capacity) = 0;
+  virtual void combine_backward(const T* expert_out, const T* dy,
+                                const routing::Routing<M>& routing, T* d_expert_out, M* d_weight,
+                                int h, int capacity) = 0;
   // This rank's experts on what the exchange brought: `in` is [sources, experts, rows, h]
   // (block b belongs to local expert b mod experts); w1 [experts, h, f], b1 [experts, f],
   // w2 [experts, f, h]. Keeps hidden (before GeLU) and act [.., rows, f]; out = act W2 without

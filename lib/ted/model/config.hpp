@@ -16,10 +16,10 @@ struct ModelConfig {
   int hidden = 64;
   int heads = 4;
   int layers = 2;
-  int ffn_mult = 4;         // FFN width = ffn_mult * hidden (dense and experts)
-  int expert_interval = 2;  // every expert_interval-th block is MoE (blocks 1, 3, ... for 2)
-  GateConfig gate;          // gate.experts is the number of experts
-  bool checkpoint = false;  // activation checkpointing per block
+  int ffn_mult = 4;          // FFN width = ffn_mult * hidden (dense and experts)
+  int expert_interval = 2;   // every expert_interval-th block is MoE (blocks 1, 3, ... for 2)
+  routing::GateConfig gate;  // gate.experts is the number of experts
+  bool checkpoint = false;   // activation checkpointing per block
   // Causal attention: "fused" (scores one tile at a time, each row's log-sum-exp kept: the
   // backend's FlashAttention-2, or cuDNN's fused attention on a GPU where it takes the shape),
   // "materialized" (the [seq, seq] probabilities kept per head, as the Megatron of the paper's

@@ -227,10 +227,11 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
     a.aux = 0;
     a.dropped = 0;
     for (int g = 0; g < groups; ++g) {
-      RoutingKey key{config_.seed, batch_.step, layer,
-                     (batch_.first_sample + static_cast<std::int64_t>(g) * group_sequences_) * S};
+      routing::RoutingKey key{
+          config_.seed, batch_.step, layer,
+          (batch_.first_sample + static_cast<std::int64_t>(g) * group_sequences_) * S};
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
-      const RoutingStats stats =
+      const routing::RoutingStats stats =
           moe_forward<T>(ops, a.ln2.data() + offset, out + offset, shape, config_.gate, key,
                          moe_params(ids), exchange, a.moe[g], !recompute);
       a.aux += static_cast<M>(stats.aux);

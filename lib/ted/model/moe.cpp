@@ -241,7 +241,7 @@ bool block_by_block(const Plan& k, const MoeExchange& x, const Device& device) {
 constexpr std::int32_t kEveryRow = std::numeric_limits<std::int32_t>::max();
 
 template <typename M>
-std::vector<std::int32_t> exchange_kept(const Routing<M>& r, const MoeExchange& x) {
+std::vector<std::int32_t> exchange_kept(const routing::Routing<M>& r, const MoeExchange& x) {
   if (!x.expert) return r.kept;  // one source: block b is expert b
   if (!x.expert_control) return {};
   std::vector<std::int32_t> mine = r.kept;
@@ -338,8 +338,8 @@ int stashed_capacity(const MoeShape& shape, const MoeExchange& x, int routed,
 // route the same tokens, and their expert groups hold the same micro-batches, so every expert
 // group of a tensor group agrees on the same value and DTD's slices line up.
 template <typename T>
-int exchange_capacity(const MoeShape& shape, const GateConfig& config, const MoeExchange& x,
-                      int routed, const MoeActivations<T>& acts) {
+int exchange_capacity(const MoeShape& shape, const routing::GateConfig& config,
+                      const MoeExchange& x, int routed, const MoeActivations<T>& acts) {
   if (!config.dropless || !x.expert) return routed;
   if (x.reuse_stash) return stashed_capacity(shape, x, routed, acts);
   TED_CHECK(x.expert_control != nullptr,
@@ -352,10 +352,10 @@ int exchange_capacity(const MoeShape& shape, const GateConfig& config, const Moe
 }  // namespace
 
 template <typename T>
-RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
-                         const GateConfig& config, const RoutingKey& key,
-                         const MoeParams<T>& params, const MoeExchange& exchange_cfg,
-                         MoeActivations<T>& acts, bool read_stats) {
+routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
+                                  const routing::GateConfig& config, const routing::RoutingKey& key,
+                                  const MoeParams<T>& params, const MoeExchange& exchange_cfg,
+                                  MoeActivations<T>& acts, bool read_stats) {
   using M = master_t<T>;
   Device& device = ops.device();
   const int S = shape.tokens, E = shape.experts, h = shape.hidden;
@@ -364,7 +364,7 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
   ops.route(logits.data(), S, config, key, acts.routing);
   acts.routing.capacity =
       exchange_capacity(shape, config, exchange_cfg, acts.routing.capacity, acts);
-  const Routing<M>& r = acts.routing;
+  const routing::Routing<M>& r = acts.routing;
   const Plan p = make_plan(shape, exchange_cfg, r.capacity);
   acts.plan = p;
   const std::size_t blocks = p.blocks();
@@ -491,7 +491,7 @@ RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
   }
 
   ops.combine(acts.returned.data(), r, y, h, p.Cp);
-  return read_stats ? ops.routing_stats(r) : RoutingStats{};
+  return read_stats ? ops.routing_stats(r) : routing::RoutingStats{};
 }
 
 template <typename T>
@@ -501,7 +501,7 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
                   const MoeGrads<master_t<T>>& grads) {
   using M = master_t<T>;
   Device& device = ops.device();
-  const Routing<M>& r = acts.routing;
+  const routing::Routing<M>& r = acts.routing;
   const int S = shape.tokens, E = shape.experts, h = shape.hidden;
   const Plan p = make_plan(shape, exchange_cfg, r.capacity);
   const std::size_t blocks = p.blocks();
@@ -592,9 +592,10 @@ double moe_forward_flops(const MoeShape& shape, int local_expert_rows) {
 }
 
 #define TED_INSTANTIATE_MOE(T)                                                                     \
-  template RoutingStats moe_forward<T>(Ops<T>&, const T*, T*, const MoeShape&, const GateConfig&,  \
-                                       const RoutingKey&, const MoeParams<T>&, const MoeExchange&, \
-                                       MoeActivations<T>&, bool);                                  \
+  template routing::RoutingStats moe_forward<T>(Ops<T>&, const T*, T*, const MoeShape&,            \
+                                                const routing::GateConfig&,                        \
+                                                const routing::RoutingKey&, const MoeParams<T>&,   \
+                                                const MoeExchange&, MoeActivations<T>&, bool);     \
   template void moe_backward<T>(Ops<T>&, const T*, const T*, T*, const MoeShape&,                  \
                                 const MoeParams<T>&, const MoeExchange&, const MoeActivations<T>&, \
                                 master_t<T>, const MoeGrads<master_t<T>>&);

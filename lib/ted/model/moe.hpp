@@ -73,7 +73,7 @@ struct MoeExchange {
 
 template <typename T>
 struct MoeActivations {
-  Routing<master_t<T>> routing;
+  routing::Routing<master_t<T>> routing;
   ExchangePlan plan;     // the layer's exchange at the routing's capacity
   Tensor<T> dispatched;  // [E, Cp, h]
   // [Ep, E/Ep, R, h] what this rank's experts compute on (R = Cp, or Cp/T unsplit)
@@ -103,10 +103,10 @@ struct MoeShape {
 // dropped choices) when `read_stats` (a read-back that waits for the device; the checkpoint
 // recompute, which already has them, skips it), else zeros.
 template <typename T>
-RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
-                         const GateConfig& config, const RoutingKey& key,
-                         const MoeParams<T>& params, const MoeExchange& exchange,
-                         MoeActivations<T>& acts, bool read_stats = true);
+routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape& shape,
+                                  const routing::GateConfig& config, const routing::RoutingKey& key,
+                                  const MoeParams<T>& params, const MoeExchange& exchange,
+                                  MoeActivations<T>& acts, bool read_stats = true);
 
 // Accumulates into dx and the gradients; aux_scale multiplies d aux (aux_coeff x loss scale).
 template <typename T>

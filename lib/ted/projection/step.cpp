@@ -61,7 +61,7 @@ model::ExchangePlan exchange_of(const StepShape& s) {
   const auto& m = s.model;
   const int T = s.layout.tensor;
   const bool split = model::experts_split(s.parallel.exchange(), T);
-  const int capacity = model::expert_capacity(m.gate, s.micro_batch * m.seq_len);
+  const int capacity = routing::expert_capacity(m.gate, s.micro_batch * m.seq_len);
   return model::exchange_plan(m.gate.experts, m.hidden, split ? m.ffn() / T : m.ffn(),
                               s.layout.expert, T, 0, s.parallel.exchange(), capacity);
 }

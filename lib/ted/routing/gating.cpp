@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace ted::model {
+namespace ted::routing {
 
 int expert_capacity(const GateConfig& config, int tokens) {
   double exact = config.top_k * config.capacity_factor * tokens / config.experts;
@@ -12,4 +12,4 @@ int expert_capacity(const GateConfig& config, int tokens) {
   return std::max(capacity, config.min_capacity);
 }
 
-}  // namespace ted::model
+}  // namespace ted::routing

@@ -16,8 +16,8 @@
 // Random draws are keyed by (seed, step, layer, global token index). The algorithm runs in a
 // backend (Ops::route): kernels/cpu/gating.cpp is the reference, the CUDA backend makes the
 // same choices.
-// These are the model's types (namespace ted::model), declared here, below the backend line,
-// because the kernel table (backend/ops.hpp) takes and fills them.
+// These are the routing types (namespace ted::routing) the model uses, declared here, below the
+// backend line, because the kernel table (backend/ops.hpp) takes and fills them.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,7 @@
 
 #include "ted/device/tensor.hpp"
 
-namespace ted::model {
+namespace ted::routing {
 
 struct GateConfig {
   int experts = 4;
@@ -77,4 +77,4 @@ struct RoutingStats {
   int dropped = 0;
 };
 
-}  // namespace ted::model
+}  // namespace ted::routing

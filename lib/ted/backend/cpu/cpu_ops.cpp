@@ -357,8 +357,8 @@ class CpuOps final : public Ops<T> {
     kc::cross_entropy_backward<C>(l, targets, log_sum, d, n, vocab, scale);
   }
 
-  void route(const M* logits, int tokens, const model::GateConfig& config,
-             const model::RoutingKey& key, model::Routing<M>& r) override {
+  void route(const M* logits, int tokens, const routing::GateConfig& config,
+             const routing::RoutingKey& key, routing::Routing<M>& r) override {
     TED_OP_TIMER(__func__);
     Device& device = this->device();
     const std::size_t choices = count_of<T>(tokens, config.top_k);
@@ -379,40 +379,40 @@ class CpuOps final : public Ops<T> {
          r.first_count.data(), r.aux.data(), r.kept.empty() ? nullptr : r.kept.data()});
   }
 
-  void route_backward(const model::Routing<M>& r, const M* d_weight, M aux_scale,
+  void route_backward(const routing::Routing<M>& r, const M* d_weight, M aux_scale,
                       T* d_logits) override {
     TED_OP_TIMER(__func__);
     Out<T> d(d_logits, count_of<T>(r.tokens, r.experts), false);
     kc::route_backward<M>(arrays(r), r.tokens, r.experts, r.top_k, d_weight, aux_scale, d);
   }
 
-  model::RoutingStats routing_stats(const model::Routing<M>& r) override {
+  routing::RoutingStats routing_stats(const routing::Routing<M>& r) override {
     TED_OP_TIMER(__func__);
-    model::RoutingStats stats;
+    routing::RoutingStats stats;
     stats.aux = static_cast<double>(r.aux.data()[0]);
     const std::int32_t* slot = r.slot.data();
     stats.dropped = static_cast<int>(std::count(slot, slot + r.slot.size(), -1));
     return stats;
   }
 
-  void dispatch(const T* x, const model::Routing<M>& r, T* buffer, int h, int capacity) override {
+  void dispatch(const T* x, const routing::Routing<M>& r, T* buffer, int h, int capacity) override {
     TED_OP_TIMER(__func__);
     kc::dispatch<T>(x, arrays(r), r.tokens, r.experts, r.top_k, buffer, h, capacity);
   }
 
-  void dispatch_backward(const T* d_buffer, const model::Routing<M>& r, T* dx, int h,
+  void dispatch_backward(const T* d_buffer, const routing::Routing<M>& r, T* dx, int h,
                          int capacity) override {
     TED_OP_TIMER(__func__);
     kc::dispatch_backward<T>(d_buffer, arrays(r), r.tokens, r.top_k, dx, h, capacity);
   }
 
-  void combine(const T* expert_out, const model::Routing<M>& r, T* y, int h,
+  void combine(const T* expert_out, const routing::Routing<M>& r, T* y, int h,
                int capacity) override {
     TED_OP_TIMER(__func__);
     kc::combine<T>(expert_out, arrays(r), r.tokens, r.top_k, y, h, capacity);
   }
 
-  void combine_backward(const T* expert_out, const T* dy, const model::Routing<M>& r,
+  void combine_backward(const T* expert_out, const T* dy, const routing::Routing<M>& r,
                         T* d_expert_out, M* d_weight, int h, int capacity) override {
     TED_OP_TIMER(__func__);
     kc::combine_backward<T>(expert_out, dy, arrays(r), r.tokens, r.experts, r.top_k, d_expert_out,
@@ -489,7 +489,7 @@ class CpuOps final : public Ops<T> {
 
  private:
   // A routing's arrays, as the kernels of kernels/cpu read them.
-  static kc::RoutingArrays<const M> arrays(const model::Routing<M>& r) {
+  static kc::RoutingArrays<const M> arrays(const routing::Routing<M>& r) {
     return {r.probs.data(),  r.expert.data(),      r.slot.data(), r.gate_value.data(),
             r.weight.data(), r.first_count.data(), r.aux.data()};
   }

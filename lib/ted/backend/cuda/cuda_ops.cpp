@@ -153,30 +153,30 @@ class CudaOps final : public Ops<T> {
     kc::cross_entropy_backward<T>(ctx_, logits, targets, log_sum, d_logits, n, vocab, scale);
   }
 
-  void route(const M* logits, int tokens, const model::GateConfig& config,
-             const model::RoutingKey& key, model::Routing<M>& out) override {
+  void route(const M* logits, int tokens, const routing::GateConfig& config,
+             const routing::RoutingKey& key, routing::Routing<M>& out) override {
     kc::route(ctx_, logits, tokens, config, key, out);
   }
-  void route_backward(const model::Routing<M>& routing, const M* d_weight, M aux_scale,
+  void route_backward(const routing::Routing<M>& routing, const M* d_weight, M aux_scale,
                       T* d_logits) override {
     kc::route_backward<T>(ctx_, routing, d_weight, aux_scale, d_logits);
   }
-  model::RoutingStats routing_stats(const model::Routing<M>& routing) override {
+  routing::RoutingStats routing_stats(const routing::Routing<M>& routing) override {
     return kc::routing_stats(ctx_, routing);
   }
-  void dispatch(const T* x, const model::Routing<M>& routing, T* buffer, int h,
+  void dispatch(const T* x, const routing::Routing<M>& routing, T* buffer, int h,
                 int capacity) override {
     kc::dispatch<T>(ctx_, x, routing, buffer, h, capacity);
   }
-  void dispatch_backward(const T* d_buffer, const model::Routing<M>& routing, T* dx, int h,
+  void dispatch_backward(const T* d_buffer, const routing::Routing<M>& routing, T* dx, int h,
                          int capacity) override {
     kc::dispatch_backward<T>(ctx_, d_buffer, routing, dx, h, capacity);
   }
-  void combine(const T* expert_out, const model::Routing<M>& routing, T* y, int h,
+  void combine(const T* expert_out, const routing::Routing<M>& routing, T* y, int h,
                int capacity) override {
     kc::combine<T>(ctx_, expert_out, routing, y, h, capacity);
   }
-  void combine_backward(const T* expert_out, const T* dy, const model::Routing<M>& routing,
+  void combine_backward(const T* expert_out, const T* dy, const routing::Routing<M>& routing,
                         T* d_expert_out, M* d_weight, int h, int capacity) override {
     kc::combine_backward<T>(ctx_, expert_out, dy, routing, d_expert_out, d_weight, h, capacity);
   }

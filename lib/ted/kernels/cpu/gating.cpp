@@ -28,8 +28,8 @@ double aux_loss(const T* probs, const std::int32_t* first_count, int tokens, int
 }  // namespace
 
 template <typename T>
-int route(const T* logits, int tokens, const model::GateConfig& config,
-          const model::RoutingKey& key, const RoutingArrays<T>& r) {
+int route(const T* logits, int tokens, const routing::GateConfig& config,
+          const routing::RoutingKey& key, const RoutingArrays<T>& r) {
   const int E = config.experts;
   const int K = config.top_k;
   const auto choices = static_cast<std::size_t>(tokens) * K;
@@ -88,7 +88,7 @@ int route(const T* logits, int tokens, const model::GateConfig& config,
       if (r.expert[c] >= 0) ++load[r.expert[c]];
     capacity = tokens ? *std::max_element(load.begin(), load.end()) : 0;
   } else {
-    capacity = model::expert_capacity(config, tokens);
+    capacity = routing::expert_capacity(config, tokens);
   }
   std::vector<int> fill(E, 0);
   for (int k = 0; k < K; ++k) {  // round k: every token's k-th choice, in priority order
@@ -152,10 +152,10 @@ void route_backward(const RoutingArrays<const T>& r, int S, int E, int K, const 
   }
 }
 
-template int route<float>(const float*, int, const model::GateConfig&, const model::RoutingKey&,
+template int route<float>(const float*, int, const routing::GateConfig&, const routing::RoutingKey&,
                           const RoutingArrays<float>&);
-template int route<double>(const double*, int, const model::GateConfig&, const model::RoutingKey&,
-                           const RoutingArrays<double>&);
+template int route<double>(const double*, int, const routing::GateConfig&,
+                           const routing::RoutingKey&, const RoutingArrays<double>&);
 template void route_backward<float>(const RoutingArrays<const float>&, int, int, int, const float*,
                                     float, float*);
 template void route_backward<double>(const RoutingArrays<const double>&, int, int, int,

@@ -10,7 +10,7 @@
 
 namespace ted::kernels::cpu {
 
-// The arrays of one routing (model::Routing's buffers in host memory); T const: read-only.
+// The arrays of one routing (routing::Routing's buffers in host memory); T const: read-only.
 template <typename T>
 struct RoutingArrays {
   using Index = std::conditional_t<std::is_const_v<T>, const std::int32_t, std::int32_t>;
@@ -26,8 +26,8 @@ struct RoutingArrays {
 
 // Fills `out` and returns the capacity.
 template <typename T>
-int route(const T* logits, int tokens, const model::GateConfig& config,
-          const model::RoutingKey& key, const RoutingArrays<T>& out);
+int route(const T* logits, int tokens, const routing::GateConfig& config,
+          const routing::RoutingKey& key, const RoutingArrays<T>& out);
 
 // d_logits [tokens, experts] (overwritten) from d_weight [tokens, top_k] and aux_scale * d aux.
 template <typename T>

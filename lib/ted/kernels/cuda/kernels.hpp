@@ -196,26 +196,26 @@ void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, f
 // ---- MoE: routing, token permutation, experts ------------------------------------------------
 // One gating group's routing into `out` (routing/gating.hpp), allocated on the context's device.
 // Synchronises only for a dropless capacity (the largest load is read back).
-void route(Context& ctx, const float* logits, int tokens, const model::GateConfig& config,
-           const model::RoutingKey& key, model::Routing<float>& out);
+void route(Context& ctx, const float* logits, int tokens, const routing::GateConfig& config,
+           const routing::RoutingKey& key, routing::Routing<float>& out);
 template <typename T>
-void route_backward(Context& ctx, const model::Routing<float>& routing, const float* d_weight,
+void route_backward(Context& ctx, const routing::Routing<float>& routing, const float* d_weight,
                     float aux_scale, T* d_logits);
-model::RoutingStats routing_stats(Context& ctx, const model::Routing<float>& routing);
+routing::RoutingStats routing_stats(Context& ctx, const routing::Routing<float>& routing);
 // buffer [experts, capacity, h] (overwritten; empty slots 0); capacity >= the routing's.
 template <typename T>
-void dispatch(Context& ctx, const T* x, const model::Routing<float>& routing, T* buffer, int h,
+void dispatch(Context& ctx, const T* x, const routing::Routing<float>& routing, T* buffer, int h,
               int capacity);
 template <typename T>
-void dispatch_backward(Context& ctx, const T* d_buffer, const model::Routing<float>& routing, T* dx,
-                       int h, int capacity);
+void dispatch_backward(Context& ctx, const T* d_buffer, const routing::Routing<float>& routing,
+                       T* dx, int h, int capacity);
 template <typename T>
-void combine(Context& ctx, const T* expert_out, const model::Routing<float>& routing, T* y, int h,
+void combine(Context& ctx, const T* expert_out, const routing::Routing<float>& routing, T* y, int h,
              int capacity);
 template <typename T>
 void combine_backward(Context& ctx, const T* expert_out, const T* dy,
-                      const model::Routing<float>& routing, T* d_expert_out, float* d_weight, int h,
-                      int capacity);
+                      const routing::Routing<float>& routing, T* d_expert_out, float* d_weight,
+                      int h, int capacity);
 // in [sources, experts, rows, h], block b on local expert b mod experts: per source, one
 // strided batch of GEMMs over the experts. out = GeLU(in W1 + b1) W2, without b2.
 template <typename T>

@@ -21,7 +21,7 @@ namespace {
 // choice (argmax of the other logits, plus Gumbel noise if asked), the chosen probabilities,
 // and the first-choice counts.
 __global__ void gate_kernel(const float* logits, int tokens, int experts, int top_k,
-                            model::GateConfig config, model::RoutingKey key, float* probs,
+                            routing::GateConfig config, routing::RoutingKey key, float* probs,
                             std::int32_t* expert, std::int32_t* slot, float* gate_value,
                             std::int32_t* first_count) {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
@@ -56,7 +56,7 @@ __global__ void gate_kernel(const float* logits, int tokens, int experts, int to
   }
 }
 
-__global__ void priority_kernel(int tokens, model::RoutingKey key, std::uint64_t* score,
+__global__ void priority_kernel(int tokens, routing::RoutingKey key, std::uint64_t* score,
                                 std::int32_t* order) {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= tokens) return;
@@ -346,8 +346,8 @@ Workspace workspace(Context& ctx, DeviceBuffer& buffer, int tokens, int experts,
 
 }  // namespace
 
-void route(Context& ctx, const float* logits, int tokens, const model::GateConfig& config,
-           const model::RoutingKey& key, model::Routing<float>& r) {
+void route(Context& ctx, const float* logits, int tokens, const routing::GateConfig& config,
+           const routing::RoutingKey& key, routing::Routing<float>& r) {
   const int E = config.experts, K = config.top_k;
   const std::size_t choices = static_cast<std::size_t>(tokens) * K;
   r.tokens = tokens;
@@ -363,7 +363,7 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
   cudaStream_t s = stream(ctx);
   TED_CHECK_CUDA(cudaMemsetAsync(r.first_count.data(), 0, E * sizeof(std::int32_t), s));
   if (tokens == 0) {
-    r.capacity = config.dropless ? 0 : model::expert_capacity(config, 0);
+    r.capacity = config.dropless ? 0 : routing::expert_capacity(config, 0);
     TED_CHECK_CUDA(cudaMemsetAsync(r.aux.data(), 0, sizeof(float), s));
     return;
   }
@@ -394,7 +394,7 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
     r.capacity = 0;
     for (int v : host) r.capacity = std::max(r.capacity, v);
   } else {
-    r.capacity = model::expert_capacity(config, tokens);
+    r.capacity = routing::expert_capacity(config, tokens);
   }
   // About 8 tokens per thread, whole warps, at most 1024 threads.
   const unsigned slot_threads =
@@ -408,7 +408,7 @@ void route(Context& ctx, const float* logits, int tokens, const model::GateConfi
 }
 
 template <typename T>
-void route_backward(Context& ctx, const model::Routing<float>& r, const float* d_weight,
+void route_backward(Context& ctx, const routing::Routing<float>& r, const float* d_weight,
                     float aux_scale, T* d_logits) {
   if (r.tokens == 0) return;
   launch<route_backward_kernel<T>>(token_blocks(r.tokens), kThreads, 0, stream(ctx), r.probs.data(),
@@ -417,8 +417,8 @@ void route_backward(Context& ctx, const model::Routing<float>& r, const float* d
                                    aux_scale, d_logits);
 }
 
-model::RoutingStats routing_stats(Context& ctx, const model::Routing<float>& r) {
-  model::RoutingStats stats;
+routing::RoutingStats routing_stats(Context& ctx, const routing::Routing<float>& r) {
+  routing::RoutingStats stats;
   const int choices = r.tokens * r.top_k;
   if (choices == 0) return stats;
   Tensor<std::int32_t> dropped = zeros<std::int32_t>(ctx.device(), 1);
@@ -434,7 +434,7 @@ model::RoutingStats routing_stats(Context& ctx, const model::Routing<float>& r) 
 }
 
 template <typename T>
-void dispatch(Context& ctx, const T* x, const model::Routing<float>& r, T* buffer, int h,
+void dispatch(Context& ctx, const T* x, const routing::Routing<float>& r, T* buffer, int h,
               int capacity) {
   const std::size_t full = static_cast<std::size_t>(r.experts) * capacity * h;
   if (!full) return;
@@ -448,7 +448,7 @@ void dispatch(Context& ctx, const T* x, const model::Routing<float>& r, T* buffe
 }
 
 template <typename T>
-void dispatch_backward(Context& ctx, const T* d_buffer, const model::Routing<float>& r, T* dx,
+void dispatch_backward(Context& ctx, const T* d_buffer, const routing::Routing<float>& r, T* dx,
                        int h, int capacity) {
   if (!r.tokens || !h) return;
   by_width<T>(h, {d_buffer, dx}, [&](auto width) {
@@ -459,7 +459,7 @@ void dispatch_backward(Context& ctx, const T* d_buffer, const model::Routing<flo
 }
 
 template <typename T>
-void combine(Context& ctx, const T* expert_out, const model::Routing<float>& r, T* y, int h,
+void combine(Context& ctx, const T* expert_out, const routing::Routing<float>& r, T* y, int h,
              int capacity) {
   if (!r.tokens || !h) return;
   by_width<T>(h, {expert_out, y}, [&](auto width) {
@@ -471,7 +471,7 @@ void combine(Context& ctx, const T* expert_out, const model::Routing<float>& r, 
 
 template <typename T>
 void combine_backward(Context& ctx, const T* expert_out, const T* dy,
-                      const model::Routing<float>& r, T* d_expert_out, float* d_weight, int h,
+                      const routing::Routing<float>& r, T* d_expert_out, float* d_weight, int h,
                       int capacity) {
   const std::size_t full = static_cast<std::size_t>(r.experts) * capacity * h;
   if (full) TED_CHECK_CUDA(cudaMemsetAsync(d_expert_out, 0, full * sizeof(T), stream(ctx)));
@@ -556,19 +556,19 @@ void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const
   }
 }
 
-#define TED_INSTANTIATE_MOE(T)                                                                   \
-  template void route_backward<T>(Context&, const model::Routing<float>&, const float*, float,   \
-                                  T*);                                                           \
-  template void dispatch<T>(Context&, const T*, const model::Routing<float>&, T*, int, int);     \
-  template void dispatch_backward<T>(Context&, const T*, const model::Routing<float>&, T*, int,  \
-                                     int);                                                       \
-  template void combine<T>(Context&, const T*, const model::Routing<float>&, T*, int, int);      \
-  template void combine_backward<T>(Context&, const T*, const T*, const model::Routing<float>&,  \
-                                    T*, float*, int, int);                                       \
-  template void experts_forward<T>(Context&, const T*, const T*, const T*, const T*, T*, T*, T*, \
-                                   int, int, int, int, int);                                     \
-  template void experts_backward<T>(Context&, const T*, const T*, const T*, const T*, const T*,  \
-                                    const T*, T*, float*, float*, float*, float*, int, int, int, \
+#define TED_INSTANTIATE_MOE(T)                                                                    \
+  template void route_backward<T>(Context&, const routing::Routing<float>&, const float*, float,  \
+                                  T*);                                                            \
+  template void dispatch<T>(Context&, const T*, const routing::Routing<float>&, T*, int, int);    \
+  template void dispatch_backward<T>(Context&, const T*, const routing::Routing<float>&, T*, int, \
+                                     int);                                                        \
+  template void combine<T>(Context&, const T*, const routing::Routing<float>&, T*, int, int);     \
+  template void combine_backward<T>(Context&, const T*, const T*, const routing::Routing<float>&, \
+                                    T*, float*, int, int);                                        \
+  template void experts_forward<T>(Context&, const T*, const T*, const T*, const T*, T*, T*, T*,  \
+                                   int, int, int, int, int);                                      \
+  template void experts_backward<T>(Context&, const T*, const T*, const T*, const T*, const T*,   \
+                                    const T*, T*, float*, float*, float*, float*, int, int, int,  \
                                     int, int);
 TED_INSTANTIATE_MOE(float)
 TED_INSTANTIATE_MOE(Half)
