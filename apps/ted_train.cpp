@@ -144,8 +144,7 @@ Setup load(const std::string& path, const std::vector<std::string>& overrides, i
   }
   parallel.dp = s.layout.data;
   try {
-    ted::model::check_layout(config.model, s.layout.tensor, s.layout.expert, parallel.dtd,
-                             parallel.reduce_scatter, parallel.cac, parallel.cac_all_reduce);
+    config.check_layout(s.layout.tensor, s.layout.expert);
   } catch (const ted::ConfigError& e) {
     throw ted::ConfigError(s.where + " on " + s.layout.to_string() + ": " + e.what());
   }

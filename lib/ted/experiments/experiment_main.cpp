@@ -9,7 +9,6 @@
 #include <mpi.h>
 
 #include "ted/app/app_main.hpp"
-#include "ted/run/check.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
@@ -18,6 +17,7 @@
 #include "ted/core/units.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"
+#include "ted/run/check.hpp"
 
 namespace ted::experiments {
 
@@ -53,10 +53,8 @@ Plan select_point(Plan plan, int point, int ranks, const std::string& where) {
 // failed in the middle of a sweep would have spent the points before it).
 void check_layouts(const Plan& plan, const std::string& where) {
   for (const auto& point : plan.points) {
-    const auto& par = point.train.parallel;
     try {
-      model::check_layout(point.train.model, point.layout.tensor, point.layout.expert, par.dtd,
-                          par.reduce_scatter, par.cac, par.cac_all_reduce);
+      point.train.check_layout(point.layout.tensor, point.layout.expert);
     } catch (const ConfigError& e) {
       throw ConfigError(where + ": " + point.system.name + " " + point.layout.to_string() + " " +
                         point.model_name + ": " + e.what());

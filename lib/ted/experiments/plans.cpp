@@ -218,10 +218,8 @@ Plan largest_plan(const ExperimentConfig& config, const std::string& where, int 
             train.model.gate.experts = experts;
             const Layout layout{tp, experts, gpus / (tp * experts)};
             Point point = make_point(config, system, layout, train);
-            const auto& par = point.train.parallel;
             try {
-              model::check_layout(point.train.model, tp, experts, par.dtd, par.reduce_scatter,
-                                  par.cac, par.cac_all_reduce);
+              point.train.check_layout(tp, experts);
               point.train.model.validate_batch(point.train.data.micro_batch);
             } catch (const ConfigError&) {
               continue;  // this tensor degree does not split the model

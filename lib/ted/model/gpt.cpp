@@ -17,8 +17,8 @@ void check_token_ids(const std::int32_t* tokens, const std::int32_t* targets, in
       throw Error("forward: token id outside the vocabulary of " + std::to_string(vocab));
 }
 
-void check_layout(const ModelConfig& config, int tensor, int expert, bool dtd, bool reduce_scatter,
-                  bool cac, bool cac_all_reduce) {
+void check_layout(const ModelConfig& config, int tensor, int expert,
+                  const ExchangeSwitches& exchange, bool cac, bool cac_all_reduce) {
   const int f = config.ffn(), E = config.gate.experts;
   if (E % expert != 0)
     throw ConfigError("model.experts (" + std::to_string(E) + ") must be divisible by Ep (" +
@@ -29,7 +29,7 @@ void check_layout(const ModelConfig& config, int tensor, int expert, bool dtd, b
   if (f % tensor != 0)
     throw ConfigError("the FFN width model.ffn_mult * model.hidden (" + std::to_string(f) +
                       ") must be divisible by T (" + std::to_string(tensor) + ")");
-  if (reduce_scatter && !dtd)
+  if (exchange.reduce_scatter && !exchange.dtd)
     throw ConfigError("the reduce-scatter switch works on DTD's slices: turn dtd on with it");
   if (cac_all_reduce && !cac)
     throw ConfigError("cac_all_reduce extends cac: turn cac (and checkpointing) on with it");
@@ -43,8 +43,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   config_.validate();
   if (parallel_.tensor) T_ = parallel_.tensor->size(), t_ = parallel_.tensor->rank();
   if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
-  check_layout(config_, T_, Ep_, parallel_.exchange.dtd, parallel_.exchange.reduce_scatter,
-               parallel_.cac, parallel_.cac_all_reduce);
+  check_layout(config_, T_, Ep_, parallel_.exchange, parallel_.cac, parallel_.cac_all_reduce);
   // 16-bit gradients are the weights' own type (the kernels round once into it); the training
   // config checks its keys for this before a model is built.
   const bool storage_gradients = config_.storage_gradients();

@@ -66,8 +66,8 @@ struct ModelParallel {
 // ConfigError when the model does not split over T tensor and Ep expert ranks, or the
 // switches need each other (reduce-scatter needs dtd, cac needs checkpointing, ...): what the
 // model checks when it is built, and --check before anything runs.
-void check_layout(const ModelConfig& config, int tensor, int expert, bool dtd, bool reduce_scatter,
-                  bool cac, bool cac_all_reduce);
+void check_layout(const ModelConfig& config, int tensor, int expert,
+                  const ExchangeSwitches& exchange, bool cac, bool cac_all_reduce);
 
 // Throws Error when a token or target id of the `count` given lies outside [0, vocab).
 void check_token_ids(const std::int32_t* tokens, const std::int32_t* targets, int count, int vocab);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ted/core/error.hpp"
+#include "ted/model/gpt.hpp"
 
 namespace ted::train {
 
@@ -65,6 +66,11 @@ ConfigSchema TrainConfig::schema() {
   s.add("run.loss_scale_window", &run.loss_scale_window);
   s.add_path("run.cluster", &run.cluster);
   return s;
+}
+
+void TrainConfig::check_layout(int tensor, int expert) const {
+  model::check_layout(model, tensor, expert, parallel.exchange(), parallel.cac,
+                      parallel.cac_all_reduce);
 }
 
 void TrainConfig::validate() const {

@@ -78,6 +78,9 @@ struct TrainConfig {
   ConfigSchema schema();
   // Checks every rule (model, gating, optimizer, data, run), ConfigError naming the key.
   void validate() const;
+  // ConfigError when the model does not split over `tensor` x `expert` ranks with these
+  // switches (model::check_layout).
+  void check_layout(int tensor, int expert) const;
 };
 
 }  // namespace ted::train
