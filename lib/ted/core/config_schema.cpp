@@ -85,6 +85,20 @@ void ConfigSchema::add(const std::string& key, bool* target) {
                   [target] { return std::string(*target ? "true" : "false"); }});
 }
 
+void ConfigSchema::add_choice(const std::string& key, std::vector<std::string> names,
+                              std::function<void(int)> set, std::function<int()> get) {
+  std::string type;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    type += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  add_entry(key, {type,
+                  [names, set](const std::string& t) {
+                    for (std::size_t i = 0; i < names.size(); ++i)
+                      if (t == names[i]) return set(static_cast<int>(i)), true;
+                    return false;
+                  },
+                  [names, get] { return names[static_cast<std::size_t>(get())]; }});
+}
+
 void ConfigSchema::add(const std::string& key, DataType* target, std::vector<DataType> accepted) {
   std::string names;
   for (std::size_t i = 0; i < accepted.size(); ++i)

@@ -32,6 +32,16 @@ class ConfigSchema {
   void add(const std::string& key, double* target);
   void add(const std::string& key, bool* target);
   void add(const std::string& key, std::string* target);
+  // One of `names`, stored as its position in them through `set` (and read back by `get`):
+  // an enumeration's key (add_enum).
+  void add_choice(const std::string& key, std::vector<std::string> names,
+                  std::function<void(int)> set, std::function<int()> get);
+  template <typename Enum>
+  void add_enum(const std::string& key, Enum* target, std::vector<std::string> names) {
+    add_choice(
+        key, std::move(names), [target](int i) { *target = static_cast<Enum>(i); },
+        [target] { return static_cast<int>(*target); });
+  }
   // A precision, by its run name (precision_name: fp32, bf16, ...), one of `accepted`.
   void add(const std::string& key, DataType* target, std::vector<DataType> accepted);
   // A file path. Relative in a YAML file: as given when that exists from the working folder,

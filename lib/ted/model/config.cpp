@@ -43,6 +43,7 @@ void ModelConfig::validate() const {
   if (gate.aux_coeff < 0)
     throw ConfigError("gating.aux_coeff must not be negative, got " +
                       std::to_string(gate.aux_coeff));
+  routing::validate(gate.workload, gate.experts, gate.top_k);
   if (!(init_std > 0) || init_std > 1)
     throw ConfigError("model.init_std must be in (0, 1], got " + std::to_string(init_std));
   check_tensor_elements(double(vocab) * hidden, "model.vocab x model.hidden");

@@ -225,6 +225,7 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
     a.moe.resize(groups);
     a.aux = 0;
     a.dropped = 0;
+    if (!recompute) a.load.assign(static_cast<std::size_t>(config_.gate.experts), 0);
     for (int g = 0; g < groups; ++g) {
       routing::RoutingKey key{
           config_.seed, batch_.step, layer,
@@ -235,6 +236,7 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
                          moe_params(ids), exchange, a.moe[g], !recompute);
       a.aux += static_cast<M>(stats.aux);
       a.dropped += stats.dropped;
+      for (std::size_t e = 0; e < stats.load.size(); ++e) a.load[e] += stats.load[e];
       // Unsplit experts compute on their tensor rank's capacity slice only.
       flops += moe_forward_flops(shape, config_.gate.experts * a.moe[g].plan.expert_rows());
     }
@@ -267,6 +269,7 @@ void GptModel<T>::release_internals(BlockActs& a) {
   kept.input = std::move(a.input);
   kept.aux = a.aux;
   kept.dropped = a.dropped;
+  kept.load = std::move(a.load);
   if (parallel_.cac) {
     kept.moe.resize(a.moe.size());
     for (std::size_t g = 0; g < a.moe.size(); ++g) {
@@ -371,6 +374,7 @@ Losses GptModel<T>::forward(const Batch& batch) {
     if (blocks_[l].moe) {
       aux += acts_[l].aux;
       losses.dropped += acts_[l].dropped;
+      losses.expert_load.push_back(acts_[l].load);
     }
     if (config_.checkpoint) release_internals(acts_[l]);
   }

@@ -43,6 +43,8 @@ struct Losses {
   double lm = 0;
   double aux = 0;   // sum over MoE layers of the layer's aux (mean over its gating groups)
   int dropped = 0;  // choices dropped by capacity, all MoE layers
+  // Per MoE layer in order, [experts]: the choices routed to each expert, before drops.
+  std::vector<std::vector<std::int64_t>> expert_load;
 };
 
 // How a model is split over a TED grid (docs/algorithm.md section 3). Default: one process, the
@@ -116,6 +118,7 @@ class GptModel {
     std::vector<MoeActivations<T>> moe;
     M aux = 0;
     int dropped = 0;
+    std::vector<std::int64_t> load;  // [experts], this forward's groups (MoE blocks)
   };
 
   void resolve_attention();

@@ -361,7 +361,19 @@ routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape&
   const int S = shape.tokens, E = shape.experts, h = shape.hidden;
   Tensor<M> logits(device, static_cast<std::size_t>(S) * E);
   ops.gate_logits(x, params.gate, logits.data(), S, h, E);
-  ops.route(logits.data(), S, config, key, acts.routing);
+  // A forced workload's choices: worked out on the host from the key alone, so the recompute
+  // and every layout get the same ones (routing/workload.hpp).
+  routing::RoutingKey route_key = key;
+  Tensor<std::int32_t> forced;
+  if (config.workload.forced()) {
+    std::vector<std::int32_t> choices(static_cast<std::size_t>(S) * config.top_k);
+    routing::assign_experts(config.workload, E, config.top_k, key.seed, key.step, key.layer,
+                            key.first_token, S, choices.data());
+    forced = Tensor<std::int32_t>(device, choices.size());
+    device.copy_from_host(forced.data(), choices.data(), choices.size() * sizeof(std::int32_t));
+    route_key.forced = forced.data();
+  }
+  ops.route(logits.data(), S, config, route_key, acts.routing);
   acts.routing.capacity =
       exchange_capacity(shape, config, exchange_cfg, acts.routing.capacity, acts);
   const routing::Routing<M>& r = acts.routing;
@@ -491,7 +503,16 @@ routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape&
   }
 
   ops.combine(acts.returned.data(), r, y, h, p.Cp);
-  return read_stats ? ops.routing_stats(r) : routing::RoutingStats{};
+  if (!read_stats) return {};
+  routing::RoutingStats stats = ops.routing_stats(r);
+  // Each expert's load, before drops: what the routing workloads' runs report (its own read-back
+  // of [tokens, top_k] choices, the read-back above having waited for the device already).
+  std::vector<std::int32_t> chosen(r.expert.size());
+  device.copy_to_host(chosen.data(), r.expert.data(), chosen.size() * sizeof(std::int32_t));
+  stats.load.assign(static_cast<std::size_t>(E), 0);
+  for (std::int32_t e : chosen)
+    if (e >= 0) ++stats.load[static_cast<std::size_t>(e)];
+  return stats;
 }
 
 template <typename T>

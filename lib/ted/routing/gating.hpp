@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ted/device/tensor.hpp"
+#include "ted/routing/workload.hpp"
 
 namespace ted::routing {
 
@@ -36,6 +37,7 @@ struct GateConfig {
   bool second_choice_noise = false;     // Gumbel noise on the logits that pick choice 2
   bool dropless = false;                // capacity = largest load; nothing dropped
   double aux_coeff = 0.01;
+  Workload workload;  // learned (the gate's choices) or a forced workload (workload.hpp)
 };
 
 // Capacity of each expert for a group of `tokens` tokens (not dropless).
@@ -46,6 +48,9 @@ struct RoutingKey {
   std::int64_t step = 0;
   int layer = 0;
   std::int64_t first_token = 0;  // global index of the group's first token
+  // A forced workload's choices, [tokens, top_k] in the routing backend's memory
+  // (assign_experts); null: the gate's own.
+  const std::int32_t* forced = nullptr;
 };
 
 // One gating group's routing, in the buffers of the backend that computed it (Ops::route): the
@@ -75,6 +80,7 @@ struct Routing {
 struct RoutingStats {
   double aux = 0;
   int dropped = 0;
+  std::vector<std::int64_t> load;  // [experts] choices routed to each, before drops (the model)
 };
 
 }  // namespace ted::routing

@@ -43,6 +43,14 @@ ConfigSchema TrainConfig::schema() {
   s.add("data.noise", &data.noise);
   s.add("data.micro_batch", &data.micro_batch);
   s.add("data.micro_batches", &data.micro_batches);
+  std::vector<std::string> workloads;
+  for (int i = 0; i < routing::kWorkloadKindCount; ++i)
+    workloads.emplace_back(routing::to_string(static_cast<routing::WorkloadKind>(i)));
+  s.add_enum("routing.workload", &m.gate.workload.kind, workloads);
+  s.add("routing.hot_experts", &m.gate.workload.hot_experts);
+  s.add("routing.hot_share", &m.gate.workload.hot_share);
+  s.add("routing.zipf_s", &m.gate.workload.zipf_s);
+  s.add("routing.zero_experts", &m.gate.workload.zero_experts);
   s.add("training.steps", &steps);
   s.add("training.seed", &m.seed);
   s.add("training.log_every", &log_every);

@@ -4,6 +4,8 @@
 //              init_std
 //   gating:    top_k capacity_factor min_capacity random_token_selection second_choice_noise
 //              dropless aux_coeff
+//   routing:   workload (learned | balanced | hot_experts | hot_rank | zipf | zero_load |
+//              rotating: routing/workload.hpp) hot_experts hot_share zipf_s zero_experts
 //   optimizer: lr min_lr warmup_steps weight_decay beta1 beta2 eps grad_clip
 //   data:      source (synthetic | file) path token_bytes (2 | 4) noise micro_batch
 //              micro_batches

@@ -107,12 +107,26 @@ class TypedCore final : public Trainer::Core {
       record.lm_loss += losses.lm;
       record.aux_loss += losses.aux;
       record.dropped += losses.dropped;
+      record.expert_load.resize(losses.expert_load.size());
+      for (std::size_t l = 0; l < losses.expert_load.size(); ++l) {
+        auto& into = record.expert_load[l];
+        into.resize(losses.expert_load[l].size());
+        for (std::size_t e = 0; e < into.size(); ++e) into[e] += losses.expert_load[l][e];
+      }
     }
     if (groups_) {  // mean over the global batch: sum over the data-parallel ranks
       double sums[3] = {record.lm_loss, record.aux_loss, static_cast<double>(record.dropped)};
       groups_->control(GroupKind::nonexpert_data).all_reduce(sums, sums, 3, DataType::f64);
       record.lm_loss = sums[0], record.aux_loss = sums[1];
       record.dropped = static_cast<int>(sums[2]);
+      std::vector<double> load;  // exact in doubles up to 2^53 choices
+      for (const auto& layer : record.expert_load)
+        load.insert(load.end(), layer.begin(), layer.end());
+      auto& control = groups_->control(GroupKind::nonexpert_data);
+      if (!load.empty()) control.all_reduce(load.data(), load.data(), load.size(), DataType::f64);
+      std::size_t at = 0;
+      for (auto& layer : record.expert_load)
+        for (auto& count : layer) count = static_cast<std::int64_t>(load[at++]);
     }
     record.lm_loss /= global_micro;
     record.aux_loss /= global_micro;

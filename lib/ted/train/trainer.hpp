@@ -31,8 +31,11 @@ struct StepRecord {
   double lm_loss = 0;
   double aux_loss = 0;
   double lr = 0;
-  double grad_norm = 0;   // inf when the step was skipped
-  int dropped = 0;        // token choices dropped by capacity in this step
+  double grad_norm = 0;  // inf when the step was skipped
+  int dropped = 0;       // token choices dropped by capacity in this step
+  // Per MoE layer in order, [experts]: the choices routed to each expert in this step's global
+  // batch, before drops (every data-parallel rank's tokens).
+  std::vector<std::vector<std::int64_t>> expert_load;
   double loss_scale = 1;  // the scale backward ran with (fp16), else 1
   bool skipped = false;   // fp16: a gradient overflowed on some rank, no rank stepped
   double seconds = 0;

@@ -44,14 +44,18 @@ int route(const T* logits, int tokens, const routing::GateConfig& config,
     T* p = r.probs + static_cast<std::int64_t>(s) * E;
     // The first choice is the argmax of the logits, not of p: two logits an ulp apart can
     // round to equal probabilities, and the larger logit must still win.
-    const int first = static_cast<int>(std::max_element(row, row + E) - row);
-    const T max = row[first];
+    const int largest = static_cast<int>(std::max_element(row, row + E) - row);
+    const T max = row[largest];
+    const int first = key.forced ? key.forced[static_cast<std::size_t>(s) * K] : largest;
     T sum = 0;
     for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(row[e] - max));
     for (int e = 0; e < E; ++e) p[e] /= sum;
     r.expert[static_cast<std::size_t>(s) * K] = first;
     r.first_count[first] += 1;
-    if (K == 2) {  // the argmax of the other logits, ties to the lower index as the first
+    if (K == 2 && key.forced) {
+      r.expert[static_cast<std::size_t>(s) * K + 1] =
+          key.forced[static_cast<std::size_t>(s) * K + 1];
+    } else if (K == 2) {  // the argmax of the other logits, ties to the lower index as the first
       int second = -1;
       double best = -std::numeric_limits<double>::infinity();
       for (int e = 0; e < E; ++e) {

@@ -28,10 +28,11 @@ __global__ void gate_kernel(const float* logits, int tokens, int experts, int to
   if (s >= tokens) return;
   const float* row = logits + static_cast<std::size_t>(s) * experts;
   float* p = probs + static_cast<std::size_t>(s) * experts;
-  int first = 0;
+  int largest = 0;
   for (int e = 1; e < experts; ++e)
-    if (row[e] > row[first]) first = e;
-  const float max = row[first];
+    if (row[e] > row[largest]) largest = e;
+  const float max = row[largest];
+  const int first = key.forced ? key.forced[s * top_k] : largest;
   float sum = 0;
   for (int e = 0; e < experts; ++e) sum += (p[e] = expf(row[e] - max));
   for (int e = 0; e < experts; ++e) p[e] /= sum;
@@ -39,7 +40,12 @@ __global__ void gate_kernel(const float* logits, int tokens, int experts, int to
   slot[s * top_k] = -1;
   gate_value[s * top_k] = p[first];
   atomicAdd(first_count + first, 1);
-  if (top_k == 2) {
+  if (top_k == 2 && key.forced) {
+    const int second = key.forced[s * top_k + 1];
+    expert[s * top_k + 1] = second;
+    slot[s * top_k + 1] = -1;
+    gate_value[s * top_k + 1] = p[second];
+  } else if (top_k == 2) {
     int second = -1;
     double best = -INFINITY;
     for (int e = 0; e < experts; ++e) {
