@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "comm/test_env.hpp"
 #include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
+#include "ted/core/random.hpp"
 #include "ted/grid/ted_groups.hpp"
 #include "ted/projection/memory.hpp"
 #include "ted/projection/time.hpp"
@@ -378,6 +380,164 @@ TEST_CASE("dropless gating on every layout equals the single-process reference")
     }
   }
   print_worst("dropless", worst);
+}
+
+// Forced routing workloads (routing/workload.hpp): the assignment is a function of the global
+// token, not of the layout, so every workload, with capacity and dropless, equals its own
+// single-process reference on every layout; and every step's per-expert loads, as the run
+// reports them, equal an oracle that recomputes the assignment from the workloads' definitions.
+namespace {
+using ted::routing::WorkloadKind;
+const WorkloadKind kForcedWorkloads[] = {WorkloadKind::balanced,  WorkloadKind::hot_experts,
+                                         WorkloadKind::hot_rank,  WorkloadKind::zipf,
+                                         WorkloadKind::zero_load, WorkloadKind::rotating};
+
+ted::train::TrainConfig with_workload(ted::train::TrainConfig c, WorkloadKind kind) {
+  auto& w = c.model.gate.workload;
+  w.kind = kind;
+  w.hot_experts = 2;  // of 6 or 8 experts
+  w.hot_share = 0.7;
+  w.zipf_s = 1.3;
+  w.zero_experts = 3;
+  return c;
+}
+
+// Each expert's load in MoE layer `layer` at `step` over the global tokens [first, first + n),
+// written from the definitions in docs/algorithm.md (not through assign_experts): a hot set, Zipf
+// or zero-load weights, then each token's k draws without replacement, each by the cumulative
+// weight of the free experts that have any.
+std::vector<std::int64_t> oracle_load(const ted::routing::Workload& w, int E, int K,
+                                      std::uint64_t seed, std::int64_t step, int layer,
+                                      std::int64_t first, std::int64_t n) {
+  std::vector<std::int64_t> load(static_cast<std::size_t>(E), 0);
+  if (w.kind == WorkloadKind::balanced) {
+    for (std::int64_t t = first; t < first + n; ++t)
+      for (int j = 0; j < K; ++j) ++load[static_cast<std::size_t>((t * K + j) % E)];
+    return load;
+  }
+  std::vector<double> weight(static_cast<std::size_t>(E), 1.0);
+  const int H = w.hot_experts, Z = w.zero_experts;
+  if (w.kind == WorkloadKind::zipf)
+    for (int e = 0; e < E; ++e) weight[e] = 1.0 / std::pow(e + 1.0, w.zipf_s);
+  if (w.kind == WorkloadKind::zero_load)
+    for (int e = E - Z; e < E; ++e) weight[e] = 0;
+  if (w.kind == WorkloadKind::hot_experts || w.kind == WorkloadKind::hot_rank ||
+      w.kind == WorkloadKind::rotating) {
+    std::vector<bool> hot(static_cast<std::size_t>(E), false);
+    for (int i = 0; i < H; ++i) {
+      const std::int64_t e = w.kind == WorkloadKind::hot_experts ? std::int64_t(i) * E / H
+                             : w.kind == WorkloadKind::rotating  ? (step * H + i) % E
+                                                                 : i;
+      hot[static_cast<std::size_t>(e)] = true;
+    }
+    for (int e = 0; e < E; ++e) weight[e] = hot[e] ? w.hot_share / H : (1 - w.hot_share) / (E - H);
+  }
+  for (std::int64_t t = first; t < first + n; ++t) {
+    std::vector<int> free(static_cast<std::size_t>(E));
+    std::iota(free.begin(), free.end(), 0);
+    for (int j = 0; j < K; ++j) {
+      std::vector<int> ids;
+      std::vector<double> cumulative;
+      for (int e : free)
+        if (weight[e] > 0) {
+          ids.push_back(e);
+          cumulative.push_back((cumulative.empty() ? 0.0 : cumulative.back()) + weight[e]);
+        }
+      REQUIRE(!ids.empty());
+      const double u = ted::random::uniform(ted::random::hash(
+          seed, ted::random::kWorkload, static_cast<std::uint64_t>(step),
+          static_cast<std::uint64_t>(layer), static_cast<std::uint64_t>(t * K + j)));
+      auto at = std::upper_bound(cumulative.begin(), cumulative.end(), u * cumulative.back()) -
+                cumulative.begin();
+      const int e = ids[static_cast<std::size_t>(std::min<std::ptrdiff_t>(at, ids.size() - 1))];
+      ++load[static_cast<std::size_t>(e)];
+      free.erase(std::find(free.begin(), free.end(), e));
+    }
+  }
+  return load;
+}
+}  // namespace
+
+TEST_CASE("forced routing workloads on every layout equal the single-process reference") {
+  if (sixteen_bit()) return;  // the fp32 entries of CTest run it
+  auto& world = ted::test::world();
+  const int G = world.size();
+  const int top_k = 2;  // both choices forced
+  const Switches& all = kSwitches[5];
+  REQUIRE(std::string(all.name) == "all: dtd+rs+checkpointing+cac+tiles");
+  Worst worst;
+  for (bool dropless : {false, true})
+    for (WorkloadKind kind : kForcedWorkloads) {
+      auto reference_config = with_workload(tiny(G, top_k, dropless), kind);
+      auto cpu = ted::make_cpu_device();
+      const auto fp32 = train(reference_config, *cpu, nullptr);
+      if (dropless) REQUIRE(fp32.dropped == 0);
+      for (const auto& layout : ted::all_layouts(G)) {
+        ted::ProcessGrid grid(G, layout);
+        ted::TedGroups groups(ted::test::control(), world, grid);
+        INFO(ted::routing::to_string(kind)
+             << (dropless ? ", dropless" : ", capacity") << ", " << layout.to_string() << ", "
+             << all.name << " on " << ted::test::device().name() << ", rank " << world.rank());
+        auto run = train(with_workload(configured(G, top_k, layout, all, dropless), kind),
+                         ted::test::device(), &groups);
+        check_against(run, fp32, nullptr, worst);
+      }
+    }
+  print_worst("forced workloads", worst);
+}
+
+TEST_CASE("every forced workload's per-expert loads equal the oracle on every layout") {
+  if (sixteen_bit()) return;
+  auto& world = ted::test::world();
+  const int G = world.size();
+  for (int top_k : {1, 2})
+    for (const auto& layout : ted::all_layouts(G)) {
+      ted::ProcessGrid grid(G, layout);
+      ted::TedGroups groups(ted::test::control(), world, grid);
+      for (WorkloadKind kind : kForcedWorkloads) {
+        const auto config = with_workload(configured(G, top_k, layout, kSwitches[0]), kind);
+        const auto& m = config.model;
+        const ted::routing::Workload& w = m.gate.workload;
+        ted::train::Trainer trainer(config, ted::test::device(), G > 1 ? &groups : nullptr);
+        // A step's global batch: micro-batches x data-parallel ranks x micro_batch sequences.
+        const std::int64_t sequences = std::int64_t(config.data.micro_batches) *
+                                       config.data.micro_batch * layout.expert * layout.data;
+        const std::int64_t tokens = sequences * m.seq_len;
+        for (int step = 0; step < 2; ++step) {  // rotating moves its hot set every step
+          const auto record = trainer.step(step);
+          int moe = 0;
+          for (int l = 0; l < m.layers; ++l) {
+            if (!m.is_moe(l)) continue;
+            INFO(ted::routing::to_string(kind)
+                 << ", top-" << top_k << ", " << layout.to_string() << ", step " << step
+                 << ", layer " << l << ", rank " << world.rank());
+            REQUIRE(record.expert_load.size() > static_cast<std::size_t>(moe));
+            const auto expected =
+                oracle_load(w, m.gate.experts, top_k, m.seed, step, l, step * tokens, tokens);
+            CHECK(record.expert_load[static_cast<std::size_t>(moe)] == expected);
+            // assign_experts itself: k distinct experts for every token, the same counts.
+            std::vector<std::int32_t> chosen(static_cast<std::size_t>(tokens) * top_k);
+            ted::routing::assign_experts(w, m.gate.experts, top_k, m.seed, step, l, step * tokens,
+                                         static_cast<int>(tokens), chosen.data());
+            std::vector<std::int64_t> counted(static_cast<std::size_t>(m.gate.experts), 0);
+            bool distinct = true;
+            for (std::int64_t t = 0; t < tokens; ++t) {
+              for (int j = 0; j < top_k; ++j) ++counted[chosen[t * top_k + j]];
+              if (top_k == 2) distinct &= chosen[t * 2] != chosen[t * 2 + 1];
+            }
+            CHECK(distinct);
+            CHECK(counted == expected);
+            if (kind == WorkloadKind::balanced)  // 2G x 8 tokens spread exactly evenly
+              CHECK(*std::max_element(expected.begin(), expected.end()) ==
+                    *std::min_element(expected.begin(), expected.end()));
+            if (kind == WorkloadKind::zero_load)
+              for (int e = m.gate.experts - w.zero_experts; e < m.gate.experts; ++e)
+                CHECK(expected[static_cast<std::size_t>(e)] == 0);
+            ++moe;
+          }
+        }
+      }
+    }
 }
 
 // 16-bit gradients (training.grad_dtype = run.dtype, as DeepSpeed's fp16 ZeRO-1 keeps them):
