@@ -451,7 +451,7 @@ int main(int argc, char** argv) {
       ted::Layout layout{std::stoi(row.at("T")), std::stoi(row.at("Ep")), std::stoi(row.at("D"))};
       auto point =
           ex::make_point(config, ex::parse_system(row.at("system"), measured), layout, train);
-      const auto t = pj::step_time(ex::shape_of(point, config.train.run.dtype), cluster);
+      const auto t = pj::step_time(ex::shape_of(point, config.train.run.dtype, cluster), cluster);
       const double measured_ms = std::stod(row.at("time_ms_median"));
       const double error = (t.total() * 1e3 - measured_ms) / measured_ms;
       errors.push_back(std::abs(error));

@@ -30,6 +30,28 @@ plot strong "$(projected strong_scaling/paper)" "$(projected strong_scaling/pape
 plot ablation "$(projected ablation/paper)" plots/paper_ablation.png
 plot largest "$(projected memory/paper)" plots/paper_largest_model.png
 plot spike "$(projected memory/paper-spike)" plots/paper_optimizer_spike.png
+# The ablation and weak scaling under every forced routing workload, capacity and dropless
+# (docs/projection.md, "Routing workloads"): one CSV per experiment, workload and dropless columns.
+workloads() {  # workloads <experiment YAML> <cluster YAML> <out CSV>
+  local yaml=$1 cluster=$2 csv=$3 tmp=$out/.workloads parts=() workload dropless
+  rm -rf "$tmp" && mkdir -p "$tmp"  # inside the repository: the rows' command names it
+  for dropless in false true; do
+    for workload in balanced hot_experts hot_rank zipf zero_load rotating; do
+      "$project" experiment -c "$yaml" --cluster "$cluster" \
+        --set routing.workload=$workload --set gating.dropless=$dropless \
+        --csv "$tmp/${workload}_$dropless.csv" >&2
+      parts+=("$workload:$([ $dropless = true ] && echo 1 || echo 0):$tmp/${workload}_$dropless.csv")
+    done
+  done
+  /usr/bin/python3 scripts/workload_rows.py "$csv" "${parts[@]}"
+  rm -rf "$tmp"
+}
+for experiment in ablation weak_scaling; do
+  workloads "experiments/$experiment/paper.yaml" experiments/clusters/summit.yaml \
+    "$out/workloads_${experiment}_summit.csv"
+done
+/usr/bin/python3 plots/plot_workloads_projected.py "$out/workloads_ablation_summit.csv" \
+  "$out/workloads_weak_scaling_summit.csv" plots/paper_workloads.png
 search=$out/search_6.7B-16E_summit_128.csv
 rm -f "$search" "$out"/validation_cpu.csv
 "$project" search -c experiments/ablation/paper.yaml --gpus 128 --top 15 --csv "$search"
@@ -45,3 +67,13 @@ for topology in 2x2 2x2-slow; do
     --measured "results/ablation/emulated_$topology.csv" \
     --csv "$out/validation_emulated_$topology.csv" | tail -1
 done
+# The per-workload ratios against the measured sweep (results/ablation/workloads_cpu.csv, when
+# it has been measured: experiments/ablation/workloads-cpu.yaml on 4 CPU ranks).
+if [ -f results/ablation/workloads_cpu.csv ] && [ -f experiments/ablation/workloads-cpu.yaml ]; then
+  yaml=$(mktemp --suffix=.yaml)  # the YAML without its sweep: one workload per projection
+  sed '/^sweep:/,$d' experiments/ablation/workloads-cpu.yaml > "$yaml"
+  workloads "$yaml" experiments/clusters/cpu.yaml "$out/workloads_ablation_cpu.csv"
+  /usr/bin/python3 scripts/validate_workloads.py results/ablation/workloads_cpu.csv \
+    "$out/workloads_ablation_cpu.csv" "$out/validation_workloads_cpu.csv" | tail -1
+  rm -f "$yaml"
+fi

@@ -15,8 +15,14 @@ StepShape shape_of(const Point& point, const std::string& dtype) {
   return s;
 }
 
+StepShape shape_of(const Point& point, const std::string& dtype, const Cluster& cluster) {
+  StepShape s = shape_of(point, dtype);
+  s.skip_empty_slots = cluster.device.rfind("cpu", 0) == 0;
+  return s;
+}
+
 Result project(const Point& point, const Cluster& cluster, const std::string& dtype) {
-  const StepShape s = shape_of(point, dtype);
+  const StepShape s = shape_of(point, dtype, cluster);
   const StepTime t = step_time(s, cluster);
   const StepTraffic traffic = step_traffic(s);
   const MemoryEstimate memory = step_memory(s);
@@ -85,7 +91,7 @@ std::vector<Candidate> search(const ExperimentConfig& config, int gpus, const Cl
       }
       c.point = make_point(config, system, layout, config.train, global_batch);
       c.point.budget = static_cast<std::int64_t>(cluster.memory_bytes);
-      const StepShape s = shape_of(c.point, config.train.run.dtype);
+      const StepShape s = shape_of(c.point, config.train.run.dtype, cluster);
       c.time = step_time(s, cluster);
       c.peak = step_memory(s).total;
       c.fits = static_cast<double>(c.peak) <= cluster.memory_bytes;

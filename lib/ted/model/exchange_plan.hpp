@@ -49,6 +49,14 @@ struct ExchangePlan {
     return static_cast<int>(static_cast<long long>(sent_capacity()) * c / chunks);
   }
   int chunk_rows(int c) const { return chunk_begin(c + 1) - chunk_begin(c); }
+  // The rows of one source's block the experts compute when the backend leaves the empty
+  // capacity slots out (moe.cpp's used_rows summed over the chunks), the routing having filled
+  // slots 0 .. kept - 1: all of them when split (the gather rebuilds the capacity), those in
+  // this rank's slice when not. A backend that computes every slot computes expert_rows().
+  int used_rows(int kept) const {
+    if (split || !slicing) return std::min(kept, expert_rows());
+    return std::clamp(kept - t * Cs, 0, Cs);
+  }
   // Elements of one [E, rows, h] buffer: the dispatch buffer (Cp rows), what one rank sends (Cs).
   std::size_t full_elements() const { return blocks() * static_cast<std::size_t>(Cp) * h; }
   std::size_t sent_elements() const {

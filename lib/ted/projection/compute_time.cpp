@@ -68,19 +68,26 @@ double gemm_time(const GemmShape& g, const Cluster& c, double w) {
 
 double gemm_seconds(const StepShape& s, const Cluster& c) {
   const double w = static_cast<double>(s.element_bytes);
-  double forward = 0, backward = 0;
-  for (const auto& g : forward_gemms(s)) {
-    // Backward: the input gradient [m, k] = dC B^T and the weight gradient [k, n] = A^T dC.
-    const GemmShape input_gradient{g.m, g.k, g.n, g.count};
-    const GemmShape weight_gradient{g.k, g.n, g.m, g.count};
-    backward += gemm_time(input_gradient, c, w) + gemm_time(weight_gradient, c, w);
-    forward += gemm_time(g, c, w);
+  // Under a forced workload each micro-batch's GEMMs on the loaded rank (step_load), else one
+  // micro-batch's, every one the same.
+  const StepLoad load = step_load(s);
+  double step = 0;
+  for (int micro = 0; micro < (load.forced ? s.micro_batches : 1); ++micro) {
+    double forward = 0, backward = 0;
+    for (const auto& g : load.forced ? forward_gemms(s, load, micro) : forward_gemms(s)) {
+      // Backward: the input gradient [m, k] = dC B^T and the weight gradient [k, n] = A^T dC.
+      const GemmShape input_gradient{g.m, g.k, g.n, g.count};
+      const GemmShape weight_gradient{g.k, g.n, g.m, g.count};
+      backward += gemm_time(input_gradient, c, w) + gemm_time(weight_gradient, c, w);
+      forward += gemm_time(g, c, w);
+    }
+    if (s.model.fused_attention()) {
+      const Dims d = dims_of(s);
+      backward += s.model.layers * gemm_time({d.S, d.S, d.dh, d.B * d.Hl}, c, w);
+    }
+    step += backward + forward * forward_passes(s);
   }
-  if (s.model.fused_attention()) {
-    const Dims d = dims_of(s);
-    backward += s.model.layers * gemm_time({d.S, d.S, d.dh, d.B * d.Hl}, c, w);
-  }
-  return (backward + forward * forward_passes(s)) * s.micro_batches;
+  return load.forced ? step : step * s.micro_batches;
 }
 
 // Element touches (reads + writes) of each element-wise pass, forward and backward; a backward
@@ -91,7 +98,8 @@ double memory_bound_bytes(const StepShape& s) {
   const double w = static_cast<double>(s.element_bytes), mw = static_cast<double>(s.master_bytes());
   const double X = d.N * d.h;
   const double scores = d.B * d.Hl * d.S * d.S;  // one layer's attention probabilities
-  double forward = 0, backward = 0;              // in bytes, per micro-batch
+  const StepLoad load = step_load(s);
+  double forward = 0, backward = 0;  // in bytes, per micro-batch
   auto pass = [&](double fwd_touches, double bwd_touches, double bytes) {
     forward += fwd_touches * bytes;
     backward += bwd_touches * bytes;
@@ -114,13 +122,25 @@ double memory_bound_bytes(const StepShape& s) {
     pass(2, 3, w * X);  // LayerNorm 2
     if (m.is_moe(l)) {
       pass(2, 3, mw * d.N * d.E);  // gate softmax and top-k over the fp32 logits
+      // The exchange's buffer and the experts' hidden rows: a micro-batch's, or under a forced
+      // workload their mean over the micro-batches on the loaded rank.
+      double full = d.full, hidden = (d.E / d.Ep) * d.expert_rows * d.expert_f;
+      if (load.forced) {
+        full = hidden = 0;
+        for (const auto& layers : load.micro) {
+          const MoeLayerLoad& moe = layers[static_cast<std::size_t>(l)];
+          full += static_cast<double>(exchange_of(s, moe.capacity).full_elements());
+          for (int rows : moe.expert_rows) hidden += rows * d.expert_f;
+        }
+        full /= s.micro_batches;
+        hidden /= s.micro_batches;
+      }
       // Dispatch: tokens copied into the capacity buffer, the DTD slice and the all-gather's
       // reordering, the return slice, and the combine reading the returned rows.
-      pass(1, 1, w * (d.N * d.K * d.h + d.full));
-      if (d.slicing) pass(4, 4, w * d.full);  // slice and rebuild, on both sides of the experts
-      const double hidden = (d.E / d.Ep) * d.expert_rows * d.expert_f;
-      pass(2, 3, w * hidden);                          // bias + GeLU inside the experts
-      pass(1, 1, w * (d.full + d.N * d.K * d.h + X));  // combine into the residual
+      pass(1, 1, w * (d.N * d.K * d.h + full));
+      if (d.slicing) pass(4, 4, w * full);  // slice and rebuild, on both sides of the experts
+      pass(2, 3, w * hidden);               // bias + GeLU inside the experts
+      pass(1, 1, w * (full + d.N * d.K * d.h + X));  // combine into the residual
     } else {
       pass(2, 3, w * d.N * d.fl);  // bias + GeLU
       pass(3, 3, w * X);           // bias + residual

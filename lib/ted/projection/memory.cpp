@@ -45,7 +45,7 @@ Sizes sizes_of(const StepShape& s) {
   z.Hl = m.heads / z.T;
   z.X = z.N * z.h;  // one [tokens, h] activation
   z.fl = m.ffn() / z.T;
-  z.x = exchange_of(s);
+  z.x = largest_exchange(s);  // dropless under a forced workload: the largest capacity
   const model::ExchangePlan& x = z.x;
   z.full = x.full_elements();
   z.sent = x.sent_elements();

@@ -1,8 +1,12 @@
 #include "ted/projection/step.hpp"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "ted/routing/gating.hpp"
+#include "ted/routing/workload.hpp"
 
 namespace ted::projection {
 
@@ -57,13 +61,135 @@ StepShape shape_of(const train::TrainConfig& train, const Layout& layout) {
   return s;
 }
 
-model::ExchangePlan exchange_of(const StepShape& s) {
+model::ExchangePlan exchange_of(const StepShape& s, int capacity) {
   const auto& m = s.model;
   const int T = s.layout.tensor;
   const bool split = model::experts_split(s.parallel.exchange(), T);
-  const int capacity = routing::expert_capacity(m.gate, s.micro_batch * m.seq_len);
   return model::exchange_plan(m.gate.experts, m.hidden, split ? m.ffn() / T : m.ffn(),
                               s.layout.expert, T, 0, s.parallel.exchange(), capacity);
+}
+
+model::ExchangePlan exchange_of(const StepShape& s) {
+  return exchange_of(s, routing::expert_capacity(s.model.gate, s.micro_batch * s.model.seq_len));
+}
+
+namespace {
+
+// A gating group's loads, computed once per process: the paper's points enumerate millions of
+// tokens per layer, and every part of the model (traffic, time, memory) reads the same loads.
+using GroupKey = std::tuple<int, int, double, double, int, int, int, std::uint64_t, std::int64_t,
+                            int, std::int64_t, int>;
+std::vector<int> cached_group_load(const StepShape& s, int layer, std::int64_t first_token) {
+  static std::mutex mutex;
+  static std::map<GroupKey, std::vector<int>> cache;
+  const auto& g = s.model.gate;
+  const auto& w = g.workload;
+  const int tokens = s.micro_batch * s.model.seq_len;
+  const GroupKey key{static_cast<int>(w.kind), w.hot_experts, w.hot_share, w.zipf_s,
+                     w.zero_experts,           g.experts,     g.top_k,     s.model.seed,
+                     s.routing_step,           layer,         first_token, tokens};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = cache.find(key);
+    if (found != cache.end()) return found->second;
+  }
+  std::vector<std::int32_t> choices(static_cast<std::size_t>(tokens) * g.top_k);
+  routing::assign_experts(w, g.experts, g.top_k, s.model.seed, s.routing_step, layer, first_token,
+                          tokens, choices.data());
+  std::vector<int> load(static_cast<std::size_t>(g.experts), 0);
+  for (std::int32_t e : choices) ++load[static_cast<std::size_t>(e)];
+  std::lock_guard<std::mutex> lock(mutex);
+  return cache.emplace(key, std::move(load)).first->second;
+}
+
+}  // namespace
+
+std::vector<int> group_load(const StepShape& s, int layer, int data_index, int expert_rank,
+                            int micro) {
+  const std::int64_t Ep = s.layout.expert, ranks = Ep * s.layout.data;
+  // The trainer's numbering (train/trainer.cpp): global micro-batch m x (Ep D) + the rank's
+  // index in its non-expert data group, e + Ep d.
+  const std::int64_t global_micro = s.routing_step * s.micro_batches * ranks +
+                                    static_cast<std::int64_t>(micro) * ranks + expert_rank +
+                                    Ep * data_index;
+  const std::int64_t first_token =
+      global_micro * s.micro_batch * static_cast<std::int64_t>(s.model.seq_len);
+  return cached_group_load(s, layer, first_token);
+}
+
+int StepLoad::largest_capacity() const {
+  int largest = 0;
+  for (const auto& layers : micro)
+    for (const auto& l : layers) largest = std::max(largest, l.capacity);
+  return largest;
+}
+
+StepLoad step_load(const StepShape& s) {
+  const auto& m = s.model;
+  StepLoad load;
+  if (!m.gate.workload.forced()) return load;
+  load.forced = true;
+  load.dropless = m.gate.dropless;
+  const int E = m.gate.experts, Ep = s.layout.expert, El = E / Ep, D = s.layout.data;
+  const int Mb = s.micro_batches;
+  const int formula = routing::expert_capacity(m.gate, s.micro_batch * m.seq_len);
+  load.expert_load.assign(static_cast<std::size_t>(m.layers), {});
+  // Per expert group: its micro-batches' layers, and the sum of their stragglers' rows.
+  std::vector<std::vector<std::vector<MoeLayerLoad>>> groups(static_cast<std::size_t>(D));
+  std::vector<long long> group_rows(static_cast<std::size_t>(D), 0);
+  for (int d = 0; d < D; ++d) {
+    auto& group = groups[static_cast<std::size_t>(d)];
+    group.assign(static_cast<std::size_t>(Mb),
+                 std::vector<MoeLayerLoad>(static_cast<std::size_t>(m.layers)));
+    for (int l = 0; l < m.layers; ++l) {
+      if (!m.is_moe(l)) continue;
+      auto& total = load.expert_load[static_cast<std::size_t>(l)];
+      total.resize(static_cast<std::size_t>(E), 0);
+      for (int mb = 0; mb < Mb; ++mb) {
+        std::vector<std::vector<int>> sources(static_cast<std::size_t>(Ep));
+        int capacity = formula;
+        if (m.gate.dropless) capacity = 0;
+        for (int e = 0; e < Ep; ++e) {
+          sources[static_cast<std::size_t>(e)] = group_load(s, l, d, e, mb);
+          for (int x = 0; x < E; ++x) {
+            const int n = sources[static_cast<std::size_t>(e)][static_cast<std::size_t>(x)];
+            total[static_cast<std::size_t>(x)] += n;
+            if (m.gate.dropless) capacity = std::max(capacity, n);  // the group agrees on it
+          }
+        }
+        const model::ExchangePlan x = exchange_of(s, capacity);
+        MoeLayerLoad layer;
+        layer.capacity = capacity;
+        long long most = -1;
+        for (int rank = 0; rank < Ep; ++rank) {  // the straggler: the most rows
+          std::vector<int> rows(static_cast<std::size_t>(El), 0);
+          long long sum = 0;
+          for (int le = 0; le < El; ++le)
+            for (const auto& source : sources) {
+              const int kept = std::min(source[static_cast<std::size_t>(rank * El + le)], capacity);
+              const int r = s.skip_empty_slots ? x.used_rows(kept) : x.expert_rows();
+              rows[static_cast<std::size_t>(le)] += r;
+              sum += r;
+            }
+          if (sum > most) most = sum, layer.expert_rows = std::move(rows);
+        }
+        for (const auto& source : sources)
+          for (int n : source) layer.dropped += std::max(0, n - capacity);
+        load.dropped += layer.dropped;
+        group_rows[static_cast<std::size_t>(d)] += most;
+        group[static_cast<std::size_t>(mb)][static_cast<std::size_t>(l)] = std::move(layer);
+      }
+    }
+  }
+  load.data_index =
+      static_cast<int>(std::max_element(group_rows.begin(), group_rows.end()) - group_rows.begin());
+  load.micro = std::move(groups[static_cast<std::size_t>(load.data_index)]);
+  return load;
+}
+
+model::ExchangePlan largest_exchange(const StepShape& s) {
+  if (!s.model.gate.workload.forced() || !s.model.gate.dropless) return exchange_of(s);
+  return exchange_of(s, step_load(s).largest_capacity());
 }
 
 ParameterParts block_parameters(const model::ModelConfig& m, const Layout& layout,
@@ -112,7 +238,9 @@ std::vector<PlannedCollective> step_collectives(const StepShape& s) {
   std::vector<PlannedCollective> plan;
   Planner r(plan, s.element_bytes);
   const auto tensor = GroupKind::tensor, expert = GroupKind::expert;
-  const model::ExchangePlan x = exchange_of(s);
+  const model::ExchangePlan formula = exchange_of(s);
+  // Dropless under a forced workload: each micro-batch's exchange at its group's capacity.
+  const StepLoad load = m.gate.dropless && m.gate.workload.forced() ? step_load(s) : StepLoad{};
 
   for (int l = 0; l < m.layers; ++l) {
     const bool moe = m.is_moe(l);
@@ -126,28 +254,37 @@ std::vector<PlannedCollective> step_collectives(const StepShape& s) {
     if (!moe) continue;
     const std::uint64_t forwards = checkpoint ? 2 : 1;
     // Every collective of the exchange runs once per chunk of the sent capacity, each carrying
-    // its rows' share (one chunk without overlap).
-    for (int c = 0; c < x.chunks; ++c) {
-      const std::uint64_t chunk_sent = x.blocks() * static_cast<std::uint64_t>(x.chunk_rows(c)) * h,
-                          chunk_full = x.slicing ? chunk_sent * T : chunk_sent;
-      // All-to-alls: dispatch and return in each forward (not again under CAC), and in backward.
-      if (Ep > 1)
-        r.all_to_all(expert, chunk_sent, micro * ((recompute_all_to_all ? 2 : 1) * 2 + 2));
-      if (T == 1) continue;
-      // DTD all-gathers rebuild the capacity after each all-to-all (also in the recompute); with
-      // unsplit experts only the return side gathers.
-      const std::uint64_t gathers_per_pass = x.slicing ? (x.split ? 2 : 1) : 0;
-      r.all_gather(tensor, T, chunk_sent, micro * gathers_per_pass * (forwards + 1));
-      if (!x.split) continue;
-      // The expert output's tensor reduction (forward, recompute) and the input gradient's.
-      const std::uint64_t forward_reductions = recompute_reductions ? forwards : 1;
-      if (x.reduce_scatter)
-        r.reduce_scatter(tensor, T, chunk_sent, micro * (forward_reductions + 1));
-      else
-        r.all_reduce(tensor, chunk_full, micro * (forward_reductions + 1));
-    }
+    // its rows' share (one chunk without overlap), `micro` times at the plan `x`.
+    auto exchange = [&](const model::ExchangePlan& x, std::uint64_t micro) {
+      for (int c = 0; c < x.chunks; ++c) {
+        const std::uint64_t chunk_sent =
+                                x.blocks() * static_cast<std::uint64_t>(x.chunk_rows(c)) * h,
+                            chunk_full = x.slicing ? chunk_sent * T : chunk_sent;
+        // All-to-alls: dispatch and return in each forward (not again under CAC), and in backward.
+        if (Ep > 1)
+          r.all_to_all(expert, chunk_sent, micro * ((recompute_all_to_all ? 2 : 1) * 2 + 2));
+        if (T == 1) continue;
+        // DTD all-gathers rebuild the capacity after each all-to-all (also in the recompute); with
+        // unsplit experts only the return side gathers.
+        const std::uint64_t gathers_per_pass = x.slicing ? (x.split ? 2 : 1) : 0;
+        r.all_gather(tensor, T, chunk_sent, micro * gathers_per_pass * (forwards + 1));
+        if (!x.split) continue;
+        // The expert output's tensor reduction (forward, recompute) and the input gradient's.
+        const std::uint64_t forward_reductions = recompute_reductions ? forwards : 1;
+        if (x.reduce_scatter)
+          r.reduce_scatter(tensor, T, chunk_sent, micro * (forward_reductions + 1));
+        else
+          r.all_reduce(tensor, chunk_full, micro * (forward_reductions + 1));
+      }
+    };
+    if (load.forced)
+      for (const auto& layers : load.micro)
+        exchange(exchange_of(s, layers[static_cast<std::size_t>(l)].capacity), 1);
+    else
+      exchange(formula, micro);
   }
   if (!distributed) return plan;
+  const model::ExchangePlan& x = formula;
 
   // Gradients, in their type (the master type, or 16-bit: grad_bytes): unsplit experts summed
   // over the tensor group, then each part over its data group (reduce-scatter + all-gather of
@@ -173,6 +310,10 @@ std::vector<PlannedCollective> step_collectives(const StepShape& s) {
 }
 
 std::vector<GemmShape> forward_gemms(const StepShape& s) {
+  return forward_gemms(s, StepLoad{}, 0);
+}
+
+std::vector<GemmShape> forward_gemms(const StepShape& s, const StepLoad& load, int micro) {
   const auto& m = s.model;
   const model::ExchangePlan x = exchange_of(s);
   const double T = s.layout.tensor, B = s.micro_batch, S = m.seq_len, N = B * S, h = m.hidden;
@@ -188,6 +329,21 @@ std::vector<GemmShape> forward_gemms(const StepShape& s) {
     g.push_back({N, h, hl});          // output projection (row-parallel)
     if (m.is_moe(l)) {
       g.push_back({N, static_cast<double>(x.E), h});  // the gate
+      if (load.forced) {
+        // The loaded rank's experts, those of equal rows as one batched GEMM; an expert with no
+        // rows runs nothing.
+        std::map<int, int> experts_of_rows;
+        for (int rows :
+             load.micro[static_cast<std::size_t>(micro)][static_cast<std::size_t>(l)].expert_rows)
+          if (rows > 0) ++experts_of_rows[rows];
+        for (const auto& [rows, count] : experts_of_rows) {
+          g.push_back(
+              {static_cast<double>(rows), static_cast<double>(x.f), h, static_cast<double>(count)});
+          g.push_back(
+              {static_cast<double>(rows), h, static_cast<double>(x.f), static_cast<double>(count)});
+        }
+        continue;
+      }
       g.push_back({expert_rows, static_cast<double>(x.f), h, static_cast<double>(x.El)});  // fc1
       g.push_back({expert_rows, h, static_cast<double>(x.f), static_cast<double>(x.El)});  // fc2
     } else {
