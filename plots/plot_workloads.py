@@ -9,8 +9,12 @@ max/mean (each expert rank's experts summed), the columns of docs/experiments.md
      experiment's one untimed step), the peak bytes per rank;
   2. the same relative to the line's own system and layout at the balanced workload with
      capacity (1: no cost of skew; a dropless line above 1 at balanced is what dropless costs);
-  3. the token choices capacity dropped (capacity lines; dropless drops none).
-A CSV that several runs appended to is drawn from the latest row of each point (the title says
+  3. the token choices capacity dropped (capacity lines; dropless drops none);
+  4. the all-to-all bytes the busiest rank sent per step in its expert group: the same at every
+     skew with capacity, growing with it dropless (the buffers take the largest load).
+Panels 3 and 4 are exact counts; the times of an oversubscribed CPU run also hold its noise.
+A sweep over rank counts (weak and strong scaling) is drawn at its largest G, where the experts
+are spread over expert ranks (the title says so). A CSV that several runs appended to is drawn from the latest row of each point (the title says
 so), or from one run with --run ID. Rows without the routing columns (CSVs measured before them)
 have no skew to draw: one line, exit 2.
 
@@ -49,6 +53,11 @@ def draw(inputs):
     rows = latest(rows, LAYOUT + ["workload", "dropless"])
     rows = [r for r in rows if r.get("expert_load_mean") and float(r["expert_load_mean"]) > 0
             and not is_baseline(r)]
+    if not rows:
+        raise BadInput("no row of our systems with measured loads")
+    largest = max(int(r["G"]) for r in rows)
+    others = sorted({int(r["G"]) for r in rows} - {largest})
+    rows = [r for r in rows if int(r["G"]) == largest]
     timed = any(r["time_ms_median"] and float(r["time_ms_median"]) > 0 for r in rows)
 
     def value(r):
@@ -56,7 +65,8 @@ def draw(inputs):
 
     if timed:
         rows = [r for r in rows if r["time_ms_median"] and float(r["time_ms_median"]) > 0]
-    figure, (absolute, relative, dropped) = plt.subplots(1, 3, figsize=(15, 5))
+    figure, axes = plt.subplots(2, 2, figsize=(13, 9))
+    (absolute, relative), (dropped, moved) = axes
     layouts = list(dict.fromkeys(tuple(r[c] for c in LAYOUT) for r in rows))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     named = False
@@ -79,6 +89,8 @@ def draw(inputs):
                           label=label)
             relative.plot(x, [value(r) / value(reference) for r in line], style, marker=marker,
                           color=color, label=label)
+            moved.plot(x, [mib(r["all_to_all_rank_bytes_max"]) for r in line], style,
+                       marker=marker, color=color, label=label)
             if dropless == "0":
                 dropped.plot(x, [100 * float(r["dropped_fraction"]) for r in line], style,
                              marker=marker, color=color, label=label)
@@ -89,7 +101,7 @@ def draw(inputs):
                                       fontsize=7, rotation=60)
                 named = True
     per = "per expert rank (its experts summed)" if options["per_rank"] else "per expert"
-    for axis in (absolute, relative, dropped):
+    for axis in (absolute, relative, dropped, moved):
         axis.set_xlabel(f"measured load max/mean {per}")
         axis.grid(True, alpha=0.3)
     absolute.set_ylabel("time per iteration (ms, median of the slowest rank)" if timed
@@ -97,6 +109,7 @@ def draw(inputs):
     relative.set_ylabel("relative to the same system and layout at balanced, capacity")
     relative.axhline(1.0, color="black", linewidth=0.8)
     dropped.set_ylabel("token choices dropped by capacity (%)")
+    moved.set_ylabel("all-to-all bytes sent per step, busiest rank (MiB)")
     relative.legend(fontsize=7)
     first = rows[0]
     title = (f"{first['experiment']}: {'time' if timed else 'peak memory'} against routing skew, "
@@ -104,7 +117,9 @@ def draw(inputs):
              f"{first['backend']} {first['dtype']}, revision {first['git_revision']}\nworkloads: "
              + ", ".join(f"{v} = {k}" for k, v in SHORT.items() if v != k)
              + "; lines: solid capacity, dashed dropless; squares DeepSpeed-MoE's layout (T = 1)")
-    notes = [n for n in (oversubscribed_note(rows), selection_note()) if n]
+    scope = (f"drawn at G={largest}, the sweep's largest; G={', '.join(map(str, others))} left "
+             "out" if others else "")
+    notes = [n for n in (scope, oversubscribed_note(rows), selection_note()) if n]
     figure.suptitle("\n".join([title] + notes), fontsize=9)
     return figure
 

@@ -123,7 +123,7 @@ select(None)
 workloads_csv = root / "results/ablation/workloads_cpu.csv"
 rows = list(csv.DictReader(open(workloads_csv)))
 figure = plot_workloads.draw([str(workloads_csv)])
-absolute, relative, dropped = figure.axes
+absolute, relative, dropped, moved = figure.axes
 layouts = {(r["system"], r["T"], r["Ep"], r["D"]) for r in rows}
 check(len(absolute.get_lines()) == 2 * len(layouts),
       f"a capacity and a dropless line per system and layout ({len(layouts)} layouts)")
