@@ -52,7 +52,11 @@ EXPERIMENT_COLUMNS = (
     "peak_parameters_bytes,peak_gradients_bytes,peak_optimizer_state_bytes,peak_activations_bytes,"
     "peak_communication_bytes,peak_cac_stash_bytes,peak_optimizer_temporaries_bytes,"
     "peak_total_bytes,budget_bytes,fits,status,final_loss,git_revision,command,threads,"
-    "slurm_job,ranks_per_core,run_id,attention").split(",")
+    "slurm_job,ranks_per_core,run_id,attention,workload,dropless,expert_load_max,"
+    "expert_load_mean,expert_load_min,rank_load_max,rank_load_mean,dropped_fraction,"
+    "all_to_all_rank_bytes_max,all_to_all_rank_bytes_mean,straggler_rank,straggler_time_ms,"
+    "straggler_compute_ms,straggler_comm_ms,straggler_all_to_all_ms,rank_compute_ms_mean"
+).split(",")
 _LEDGER = [f"{op}_{group}_bytes" for op in ("all_reduce", "all_gather", "reduce_scatter",
                                             "all_to_all")
            for group in ("tensor", "expert", "expert_data", "nonexpert_data")]
@@ -353,7 +357,10 @@ def run_experiment_point(point, cfg, args, command, revision):
            "all_to_all_bytes": run.a2a.bytes, "peak_total_bytes": run.peak_bytes(),
            "status": "measured", "final_loss": loss, "git_revision": revision,
            "command": command, "threads": run.torch.get_num_threads(), "slurm_job": slurm_job(),
-           "run_id": RUN_ID}
+           "run_id": RUN_ID,
+           # DeepSpeed's gate routes by its own choices (learned); the loads, drops and
+           # straggler columns stay empty: its MoE layer does not report them per expert.
+           "workload": "learned", "dropless": int(point.cfg["gating"]["dropless"])}
     row.update(run.describe())
     if times:
         median = percentile(times, 50)

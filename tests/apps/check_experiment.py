@@ -6,6 +6,10 @@
     check_experiment.py memory results.csv     TED fits a larger base model than DeepSpeed-MoE
                                                within the same budget (measured peaks)
     check_experiment.py rows results.csv N     N rows, every loss finite
+    check_experiment.py workloads results.csv  the routing columns of a workload sweep
+                                               (sweep.workloads, sweep.dropless): exact loads,
+                                               drops and all-to-all bytes (check_workloads)
+CSVs written before a column existed still load: every check reads its columns by name.
 """
 import csv
 import math
@@ -46,6 +50,49 @@ def check_memory(rows):
     print(f"ok: largest within the budget: ted {ted} parameters, deepspeed-moe {ds}")
 
 
+def check_workloads(rows):
+    """Per row: the mean load is the step's token choices over the experts, exactly; the
+    expert ranks' loads sum the same choices; balanced (capacity) loads every expert equally
+    (max/mean 1.0 exactly, nothing dropped); zero_load leaves its experts at 0; dropless drops
+    nothing; each rank's all-to-all bytes are at most the max; rows that ran the 4-rank layouts
+    with capacity drop choices under every skewed workload."""
+    seen = set()
+    for r in rows:
+        name = f"{r['system']} {r['T']}x{r['Ep']}x{r['D']} {r['workload']} dropless={r['dropless']}"
+        seen.add((r["workload"], r["dropless"]))
+        E, ep, k = int(r["experts"]), int(r["Ep"]), int(r["top_k"])
+        tokens = int(r["micro_batch"]) * int(r["micro_batches"]) * ep * int(r["D"]) * int(r["seq_len"])
+        mean, most, least = (float(r[c]) for c in ("expert_load_mean", "expert_load_max",
+                                                   "expert_load_min"))
+        if mean != tokens * k / E:
+            fail(f"{name}: expert_load_mean {mean}, expected {tokens} tokens x top-{k} / {E}")
+        if float(r["rank_load_mean"]) != mean * E / ep:
+            fail(f"{name}: rank_load_mean {r['rank_load_mean']} is not {E // ep} experts' {mean}")
+        if not least <= mean <= most <= float(r["rank_load_max"]):
+            fail(f"{name}: loads out of order: min {least} mean {mean} max {most} rank max "
+                 f"{r['rank_load_max']}")
+        dropped = float(r["dropped_fraction"])
+        if r["workload"] == "balanced" and r["dropless"] == "0" and not (most == mean == least
+                                                                           and dropped == 0):
+            fail(f"{name}: balanced loads {least}..{most} (mean {mean}), dropped {dropped}")
+        if r["workload"] == "zero_load" and least != 0:
+            fail(f"{name}: zero_load's least loaded expert has {least} choices")
+        if r["dropless"] == "1" and dropped != 0:
+            fail(f"{name}: dropless dropped {dropped} of the choices")
+        if (r["workload"] in ("hot_experts", "hot_rank", "zipf", "zero_load", "rotating")
+                and r["dropless"] == "0" and not dropped > 0):
+            fail(f"{name}: skewed routing with capacity factor 1 dropped nothing")
+        a2a_max, a2a_mean = float(r["all_to_all_rank_bytes_max"]), float(r["all_to_all_rank_bytes_mean"])
+        if ep > 1 and not 0 < a2a_mean <= a2a_max:
+            fail(f"{name}: all-to-all bytes per rank mean {a2a_mean}, max {a2a_max}")
+    for workload in ("balanced", "zero_load"):
+        for dropless in ("0", "1"):
+            if (workload, dropless) not in seen:
+                fail(f"no row of {workload} with dropless={dropless}")
+    print(f"ok: {len(rows)} rows over {len(seen)} workload x capacity points: loads, drops and "
+          f"all-to-all bytes as the workloads decide")
+
+
 def main(argv):
     kind, path = argv[1], argv[2]
     rows = rows_of(path)
@@ -56,6 +103,8 @@ def main(argv):
         check_ablation(rows)
     elif kind == "memory":
         check_memory(rows)
+    elif kind == "workloads":
+        check_workloads(rows)
     elif kind == "rows":
         if len(rows) != int(argv[3]):
             fail(f"{len(rows)} rows, expected {argv[3]}")

@@ -5,7 +5,8 @@
 # ranks idle, --point beyond the plan) gives one line naming the file and key, exit 2 and no
 # CSV; --point K runs only point K; the paper YAMLs as they are stop with one line on a machine
 # without a GPU, and stay valid (on the CPU backend every point needs more ranks than launched:
-# one line naming them, exit 2); two timed steps whose time columns add up.
+# one line naming them, exit 2); two timed steps whose time columns (and the straggler's) add up;
+# a routing sweep naming an unknown workload or a dropless that is not true or false.
 #   experiments_cli.sh <build/apps> <repository root> <scratch dir> <mpirun>
 set -u
 apps=$1
@@ -33,6 +34,11 @@ says "it names the key and the command line's value" \
 bad_input "another experiment's YAML" ted_memory ranks 2 ted_memory -c "$ablation"
 bad_input "sweep lists of different lengths" ted_weak_scaling ranks 2 ted_weak_scaling \
   -c "$root/experiments/weak_scaling/cpu.yaml" --set sweep.tp=1,2
+bad_input "an unknown workload in sweep.workloads" ted_ablation ranks 2 ted_ablation -c "$ablation" \
+  --set sweep.workloads=balanced,hot
+says "it names the key and the workloads" "key 'sweep.workloads' lists routing workloads"
+bad_input "sweep.dropless not true or false" ted_ablation ranks 2 ted_ablation -c "$ablation" \
+  --set sweep.dropless=false,yes
 bad_input "unknown system" ted_ablation ranks 2 ted_ablation -c "$ablation" --set systems=ted+xyz
 bad_input "an unknown dtype" ted_ablation ranks 2 ted_ablation -c "$ablation" --set run.dtype=fp8
 bad_input "an unknown --dtype" ted_ablation ranks 2 ted_ablation -c "$ablation" --dtype fp8
@@ -99,7 +105,8 @@ else
 fi
 # Two timed steps of two systems: the time columns add up (compute + comm = the median; the four
 # kinds + other_ms = the median; other_ms - compute_ms = comm_ms - the kinds), every row names
-# the ranks per core of this launch and one run id, and an oversubscribed launch says so.
+# the ranks per core of this launch and one run id, and an oversubscribed launch says so; the
+# straggler's columns add up.
 if ranks 4 ted_ablation -c "$ablation" --set systems=ted-baseline,ted --set run.warmup=0 \
   --iters 2 --csv "$scratch/timed.csv" >"$scratch/timed.out" 2>&1 &&
   /usr/bin/python3 - "$scratch/timed.csv" "$scratch/timed.out" <<'PY'; then
@@ -119,9 +126,18 @@ for r in rows:
     assert abs(kinds + f["other_ms"] - f["time_ms_median"]) < eps, f
     assert kinds <= f["comm_ms"] + eps and f["other_ms"] >= f["compute_ms"] - eps, f
     assert abs(float(r["ranks_per_core"]) - per_core) < 1e-9, (r["ranks_per_core"], per_core)
+    # The straggler (the rank with the most time outside collectives) of the median
+    # iteration: its time adds up, lies within the step's, and its compute is the most.
+    s = {k: float(r[k]) for k in ("straggler_time_ms", "straggler_compute_ms",
+                                  "straggler_comm_ms", "rank_compute_ms_mean")}
+    assert 0 <= int(r["straggler_rank"]) < int(r["G"]), r["straggler_rank"]
+    assert abs(s["straggler_compute_ms"] + s["straggler_comm_ms"] - s["straggler_time_ms"]) < eps, s
+    assert s["straggler_time_ms"] <= f["time_ms_median"] + eps, (s, f)
+    assert s["rank_compute_ms_mean"] <= s["straggler_compute_ms"] + eps, s
+    assert (r["workload"], r["dropless"]) == ("learned", "0"), r  # the YAML's routing
 assert (per_core > 1) == ("ranks per core (oversubscribed)" in out), out
 PY
-  echo "ok: timed ablation rows: time columns add up, ranks per core and run id recorded"
+  echo "ok: timed ablation rows: time columns add up, ranks per core, run id and straggler recorded"
 else
   fail "timed ablation: $(cat "$scratch/timed.out")"
 fi

@@ -8,6 +8,10 @@ made from the committed CPU results, checked on the figure objects themselves.
   - the parameter count is readable (2.71 M), the legend covers no bar;
   - weak scaling: the ideal time follows the work per rank (rate x time), not a flat line; the
     rate axis is GFLOP/s, the CSV's tflops_per_rank x 1000.
+  - the workloads figure (plots/plot_workloads.py) on the committed workload sweeps: one
+    capacity and one dropless line per system and layout, balanced at skew 1.0 and, relative
+    to itself, 1.0; --per-rank draws the per-rank skew; the memory sweep (nothing timed) draws
+    peak bytes; a CSV from before the routing columns is one line, exit 2.
 
     check_plots.py <repository root> <scratch dir>
 """
@@ -22,6 +26,7 @@ sys.path.insert(0, str(root / "plots"))
 import plotlib  # noqa: E402  (selects the Agg backend)
 import plot_ablation  # noqa: E402
 import plot_scaling  # noqa: E402
+import plot_workloads  # noqa: E402
 
 failures = []
 
@@ -112,6 +117,35 @@ check(all(abs(a - b) < 1e-6 * b for a, b in zip(ideal.get_ydata(), expected)),
 check(expected[-1] > 2 * expected[0], "the ideal grows (work per rank x%.2g)" %
       (work[-1] / work[0]))
 check("2 ranks per core" in figure._suptitle.get_text(), "scaling title says oversubscribed")
+
+# --- the workloads figure
+select(None)
+workloads_csv = root / "results/ablation/workloads_cpu.csv"
+rows = list(csv.DictReader(open(workloads_csv)))
+figure = plot_workloads.draw([str(workloads_csv)])
+absolute, relative, dropped, moved = figure.axes
+layouts = {(r["system"], r["T"], r["Ep"], r["D"]) for r in rows}
+check(len(absolute.get_lines()) == 2 * len(layouts),
+      f"a capacity and a dropless line per system and layout ({len(layouts)} layouts)")
+check({"ted", "deepspeed-moe"} <= {r["system"] for r in rows}, "TED's and DeepSpeed-MoE's layouts")
+ones = [line for line in relative.get_lines() if line.get_label().endswith("capacity")
+        and any(abs(x - 1) < 1e-12 and abs(y - 1) < 1e-12
+                for x, y in zip(line.get_xdata(), line.get_ydata()))]
+check(len(ones) == len(layouts), "balanced with capacity: skew 1.0 and relative time 1.0")
+check("per expert" in absolute.get_xlabel() and "ms" in absolute.get_ylabel(),
+      f"axes: {absolute.get_xlabel()!r}, {absolute.get_ylabel()!r}")
+plot_workloads.options["per_rank"] = True
+figure = plot_workloads.draw([str(workloads_csv)])
+check("per expert rank" in figure.axes[0].get_xlabel(), "--per-rank: the per-rank skew")
+plot_workloads.options["per_rank"] = False
+figure = plot_workloads.draw([str(root / "results/memory/workloads_cpu.csv")])
+check("peak bytes" in figure.axes[0].get_ylabel(), "the memory sweep (untimed): peak bytes")
+result = subprocess.run([sys.executable, str(root / "plots/plot_workloads.py"),
+                         str(root / "results/ablation/cpu.csv"), str(scratch / "old.png")],
+                        capture_output=True, text=True)
+check(result.returncode == 2 and result.stderr.count("\n") == 1 and "expert_load_mean" in
+      result.stderr and not (scratch / "old.png").exists(),
+      f"a CSV from before the routing columns: one line, exit 2 ({result.stderr.strip()!r})")
 
 if failures:
     print(f"{len(failures)} checks failed")

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ted/core/error.hpp"
+#include "ted/routing/workload.hpp"
 
 namespace ted::experiments {
 
@@ -30,6 +31,8 @@ ConfigSchema ExperimentConfig::schema() {
   s.add("sweep.experts", &sweep_experts);
   s.add("sweep.global_batch", &sweep_global_batch);
   s.add("sweep.tile", &sweep_tile);
+  s.add("sweep.workloads", &sweep_workloads);
+  s.add("sweep.dropless", &sweep_dropless);
   s.add("memory.budget_bytes", &budget_bytes);
   s.add("data.global_batch", &global_batch);
   s.add("largest.gpus", &largest_gpus);
@@ -141,6 +144,18 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
     if (value < 0)
       fail("key 'sweep.tile' lists tile sizes (0: untiled), got " + std::to_string(value),
            "sweep.tile");
+  for (const auto& name : c.sweep_workloads) {
+    bool known = false;
+    for (int i = 0; i < routing::kWorkloadKindCount; ++i)
+      known = known || name == routing::to_string(static_cast<routing::WorkloadKind>(i));
+    if (!known)
+      fail("key 'sweep.workloads' lists routing workloads (" + routing::workload_names() +
+               "), got '" + name + "'",
+           "sweep.workloads");
+  }
+  for (const auto& value : c.sweep_dropless)
+    if (value != "false" && value != "true")
+      fail("key 'sweep.dropless' lists true or false, got '" + value + "'", "sweep.dropless");
   if (c.systems.empty()) fail("key 'systems' must list at least one system");
   for (const auto& name : c.systems) parse_system(name, where + ", key 'systems'");
   try {

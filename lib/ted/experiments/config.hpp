@@ -12,6 +12,10 @@
 //            x Ep x D), which must divide
 //   sweep:   ranks tp ep hidden heads layers experts global_batch tile   (lists, one entry per
 //            point; tile: parallel.tile_elems, 0 = untiled)
+//            workloads dropless   (lists, crossed with every point of the plan, not one entry
+//            per point: each point runs once per routing.workload in workloads and per
+//            gating.dropless in dropless; default: the YAML's routing.workload and
+//            gating.dropless alone, one run per point)
 //   family:  hidden heads layers                 (lists) the memory experiment's base models
 //   memory:  budget_bytes
 //   largest: gpus max_tp max_experts   the memory experiment's largest trainable model: for each
@@ -38,6 +42,8 @@ struct ExperimentConfig {
   std::vector<std::string> systems;
   std::vector<int> sweep_ranks, sweep_tp, sweep_ep, sweep_hidden, sweep_heads, sweep_layers;
   std::vector<int> sweep_experts, sweep_global_batch, sweep_tile;
+  std::vector<std::string> sweep_workloads;                     // routing.workload names
+  std::vector<std::string> sweep_dropless;                      // "false" / "true"
   std::vector<int> family_hidden, family_heads, family_layers;  // memory: growing base models
   std::int64_t budget_bytes = 0;
   int global_batch = 0;  // data.global_batch

@@ -163,7 +163,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         };
         if (check.enabled) {
           const int ranks = check.ranks_for(mpi.world_size());
-          Plan plan = planner(config, where, ranks);
+          Plan plan = routing_sweep(planner(config, where, ranks), config, where);
           check_layouts(plan, where);
           check_plan(plan, config, experiment, where, ranks);  // the inputs' errors first
           check_output();
@@ -186,7 +186,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         // Launched by scripts/emulated_cluster.sh: the rows record the emulated topology.
         if (const char* topology = std::getenv("TED_TOPOLOGY"))
           config.backend += std::string(" (") + topology + ")";
-        Plan plan = planner(config, where, mpi.world_size());
+        Plan plan = routing_sweep(planner(config, where, mpi.world_size()), config, where);
         check_layouts(plan, where);
         check_output();
         plan = select_point(std::move(plan), point, mpi.world_size(), where);

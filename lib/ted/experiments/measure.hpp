@@ -44,11 +44,35 @@ struct Result {
   int threads = 0;        // rank 0's kernel thread pool (follows its CPU mask); 0: nothing ran
   std::string comm;       // what carried the device buffers: mpi, mpi-staged, nccl
   std::string attention;  // the attention that ran: cudnn, flash, materialized
+
+  // The routing of the measured steps (the timed ones; with iters 0 the one step), for skewed
+  // workloads. Loads are token choices per step of the global batch, before drops: per MoE
+  // layer and expert (StepRecord::expert_load), and per expert rank (its E / Ep experts
+  // summed). max and min: over the layers and experts (ranks) of a step; mean: over them all;
+  // each averaged over the measured steps. dropped_fraction: choices dropped by capacity over
+  // all choices, over the measured steps. routed: false when nothing routed (a projected row).
+  bool routed = false;
+  double expert_load_max = 0, expert_load_mean = 0, expert_load_min = 0;
+  double rank_load_max = 0, rank_load_mean = 0;
+  double dropped_fraction = 0;
+  // The bytes each rank sent in all-to-alls of its expert group per measured step (the
+  // ledger), max and mean over the point's ranks.
+  double all_to_all_rank_bytes_max = 0, all_to_all_rank_bytes_mean = 0;
+  // The straggler of the median iteration (the one split_time takes): the rank with the most
+  // time outside collectives, the one the others wait for in the all-to-alls when its experts
+  // draw more tokens. Its step time, that time's split and its all-to-all time; and the mean
+  // over ranks of the time outside collectives. straggler_rank < 0: no timed iteration.
+  int straggler_rank = -1;
+  double straggler_time_ms = 0, straggler_compute_ms = 0, straggler_comm_ms = 0;
+  double straggler_all_to_all_ms = 0, rank_compute_ms_mean = 0;
   // "measured", "projected", "projected: does not fit: ..." (the projection still gives the
   // time), or "not run: does not fit: ..." (a measured sweep never allocates such a point)
   std::string status = "measured";
   bool ran() const { return status.rfind("not run", 0) != 0; }  // measured or projected
 };
+
+// The iteration split_time takes its split from: the lower middle one by time.
+std::size_t median_iteration(const std::vector<double>& times);
 
 // The time columns of a point from its iterations (ms): the step time (the slowest rank's),
 // and the collective time with its split by kind of the rank with the most collective time.

@@ -6,6 +6,7 @@
 #include "ted/model/gpt.hpp"
 #include "ted/projection/cluster.hpp"
 #include "ted/projection/fit.hpp"
+#include "ted/routing/workload.hpp"
 
 namespace ted::experiments {
 
@@ -262,6 +263,37 @@ Plan memory_plan(const ExperimentConfig& config, const std::string& where, int w
       plan.points.push_back(point);
     }
   }
+  return plan;
+}
+
+Plan routing_sweep(Plan plan, const ExperimentConfig& config, const std::string& where) {
+  const routing::Workload base = config.train.model.gate.workload;
+  std::vector<routing::WorkloadKind> workloads;
+  for (const auto& name : config.sweep_workloads)
+    for (int i = 0; i < routing::kWorkloadKindCount; ++i)
+      if (name == routing::to_string(static_cast<routing::WorkloadKind>(i)))
+        workloads.push_back(static_cast<routing::WorkloadKind>(i));
+  if (workloads.empty()) workloads.push_back(base.kind);
+  std::vector<bool> dropless;
+  for (const auto& value : config.sweep_dropless) dropless.push_back(value == "true");
+  if (dropless.empty()) dropless.push_back(config.train.model.gate.dropless);
+  std::vector<Point> points;
+  for (auto workload : workloads)
+    for (bool drop_none : dropless)
+      for (Point point : plan.points) {
+        auto& gate = point.train.model.gate;
+        gate.workload.kind = workload;
+        gate.dropless = drop_none;
+        try {
+          routing::validate(gate.workload, gate.experts, gate.top_k);
+        } catch (const ConfigError& e) {
+          throw ConfigError(where + ": key 'sweep.workloads', workload " +
+                            std::string(routing::to_string(workload)) + " on " + point.model_name +
+                            ": " + e.what());
+        }
+        points.push_back(std::move(point));
+      }
+  plan.points = std::move(points);
   return plan;
 }
 

@@ -56,4 +56,12 @@ Plan strong_scaling_plan(const ExperimentConfig& config, const std::string& wher
 Plan memory_plan(const ExperimentConfig& config, const std::string& where, int world_size);
 Planner plan_for(const std::string& experiment);
 
+// The routing sweep, crossed with a plan's points: every point once per entry of
+// sweep.workloads (routing.workload) and of sweep.dropless (gating.dropless), workload by
+// workload, capacity before dropless as listed; an empty list keeps the YAML's own value, so a
+// config without these keys keeps its plan as it is. A workload that cannot run a point's
+// experts and top_k is a ConfigError naming the key. The measured runs apply it
+// (experiment_main); the projection does not model the workloads and plans without it.
+Plan routing_sweep(Plan plan, const ExperimentConfig& config, const std::string& where);
+
 }  // namespace ted::experiments

@@ -9,6 +9,7 @@
 #include "ted/core/git_revision.hpp"
 #include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
+#include "ted/routing/workload.hpp"
 
 namespace ted::experiments {
 
@@ -38,8 +39,9 @@ CsvField or_empty(bool present, CsvField value) {
   return present ? std::move(value) : CsvField(std::string());
 }
 
-// The experiments' CSV, declared once. threads, slurm_job, ranks_per_core, run_id and attention
-// are last, so older CSVs gained them as trailing columns.
+// The experiments' CSV, declared once. threads, slurm_job, ranks_per_core, run_id, attention and
+// the routing columns (workload .. rank_compute_ms_mean) are last, so older CSVs gained them as
+// trailing columns.
 CsvColumns<ResultRow> make_columns() {
   using R = const ResultRow&;
   using ll = long long;
@@ -63,7 +65,8 @@ CsvColumns<ResultRow> make_columns() {
   c.add("micro_batches", [](R x) { return ll(x.point.train.data.micro_batches); });
   c.add("backend", [](R x) { return x.config.backend; });
   c.add("dtype", [](R x) { return x.point.train.run.dtype; });
-  c.add("grad_dtype", [](R x) { return CsvField(std::string(precision_name(x.point.train.model.grad_dtype))); });
+  c.add("grad_dtype",
+        [](R x) { return CsvField(std::string(precision_name(x.point.train.model.grad_dtype))); });
   c.add("comm", [](R x) { return x.result.comm; });
   c.add("device", [](R x) { return x.result.device; });
   c.add("checkpoint", [](R x) { return ll(x.point.train.model.checkpoint); });
@@ -114,6 +117,34 @@ CsvColumns<ResultRow> make_columns() {
         [](R x) { return or_empty(x.result.ranks_per_core > 0, x.result.ranks_per_core); });
   c.add("run_id", [](R) { return run_id(); });
   c.add("attention", [](R x) { return x.result.attention; });
+  // The routing under skewed workloads (issue 36): which workload and capacity rule ran, the
+  // loads and drops of the measured steps, the all-to-all bytes per rank and the straggler
+  // (measure.hpp, Result). Empty where nothing routed (projected rows) or nothing was timed.
+  c.add("workload", [](R x) {
+    return CsvField(std::string(routing::to_string(x.point.train.model.gate.workload.kind)));
+  });
+  c.add("dropless", [](R x) { return ll(x.point.train.model.gate.dropless); });
+  auto routed = [&c](const char* name, double Result::*field) {
+    c.add(name, [field](R x) { return or_empty(x.result.routed, x.result.*field); });
+  };
+  routed("expert_load_max", &Result::expert_load_max);
+  routed("expert_load_mean", &Result::expert_load_mean);
+  routed("expert_load_min", &Result::expert_load_min);
+  routed("rank_load_max", &Result::rank_load_max);
+  routed("rank_load_mean", &Result::rank_load_mean);
+  routed("dropped_fraction", &Result::dropped_fraction);
+  routed("all_to_all_rank_bytes_max", &Result::all_to_all_rank_bytes_max);
+  routed("all_to_all_rank_bytes_mean", &Result::all_to_all_rank_bytes_mean);
+  c.add("straggler_rank",
+        [](R x) { return or_empty(x.result.straggler_rank >= 0, ll(x.result.straggler_rank)); });
+  auto straggler = [&c](const char* name, double Result::*field) {
+    c.add(name, [field](R x) { return or_empty(x.result.straggler_rank >= 0, x.result.*field); });
+  };
+  straggler("straggler_time_ms", &Result::straggler_time_ms);
+  straggler("straggler_compute_ms", &Result::straggler_compute_ms);
+  straggler("straggler_comm_ms", &Result::straggler_comm_ms);
+  straggler("straggler_all_to_all_ms", &Result::straggler_all_to_all_ms);
+  straggler("rank_compute_ms_mean", &Result::rank_compute_ms_mean);
   return c;
 }
 
@@ -141,6 +172,12 @@ void print_progress(int index, int count, const Point& point, const Result& r) {
   std::printf("[%d/%d] %-16s G=%-3d %-14s %-12s ", index + 1, count, point.system.name.c_str(),
               point.layout.world_size(), point.layout.to_string().c_str(),
               point.model_name.c_str());
+  // The routing, said when it is not the default's (learned, capacity).
+  const auto& gate = point.train.model.gate;
+  const bool routing = gate.workload.forced() || gate.dropless;
+  if (routing)
+    std::printf("%s%s ", std::string(routing::to_string(gate.workload.kind)).c_str(),
+                gate.dropless ? "+dropless" : "");
   if (!r.ran()) {
     std::printf("%s\n", r.status.c_str());
     std::fflush(stdout);
@@ -153,6 +190,9 @@ void print_progress(int index, int count, const Point& point, const Result& r) {
   std::printf("a2a %s in %llu calls, peak %s", format_bytes(r.bytes_sent[3]).c_str(),
               static_cast<unsigned long long>(r.all_to_all_calls),
               format_bytes(r.peak_total).c_str());
+  if (routing && r.routed && r.expert_load_mean > 0)
+    std::printf(", expert load max/mean %.2f, dropped %.1f%%",
+                r.expert_load_max / r.expert_load_mean, 100 * r.dropped_fraction);
   if (r.status.rfind("projected", 0) == 0)
     std::printf(", loss n/a (projected)\n");
   else
