@@ -15,7 +15,12 @@ FLOPs per rank by README's formula, the expert all-to-alls DeepSpeed made (calls
 per rank, their time), peak memory where PyTorch reports it (CUDA), final loss. Columns it
 cannot measure stay empty. ted_train configs: one row per step in ted_train's schema, written
 at the end (or at a non-finite loss, with the steps before it) to
-results/local/train/deepspeed_<config>.csv.
+results/local/train/deepspeed_<config>.csv, the dropped choices included; --loads FILE adds
+each step's per-expert loads (write_loads).
+
+routing.workload other than learned: DeepSpeed's gate takes each token's experts from our forced
+workload (ted_workload.py, handed over by routing_probe.py), its probabilities still weighting
+them.
 
 Launch with torchrun (baselines/deepspeed/launch.sh does it) or srun (slurm/*.sbatch beside
 this file): a point runs when its rank count is the launched one; the others are skipped with a

@@ -37,8 +37,8 @@ def zero_count(routing, experts):
 def validate(routing, experts, top_k):
     """WorkloadError naming the routing.* key, by workload.cpp validate()'s rules."""
     if routing["workload"] not in KINDS:
-        raise WorkloadError(f"routing.workload must be one of {', '.join(KINDS)}, got "
-                            f"'{routing['workload']}'")
+        raise WorkloadError(f"key 'routing.workload' must be {', '.join(KINDS[:-1])} or "
+                            f"{KINDS[-1]}, got '{routing['workload']}'")
     for key in ("hot_experts", "zero_experts"):
         if not 0 <= routing[key] <= experts:
             raise WorkloadError(f"routing.{key} must be in [0, model.experts = {experts}] (0: a "
