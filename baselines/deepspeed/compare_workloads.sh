@@ -56,10 +56,11 @@ for workload in workloads:
         for side in ("ours", "deepspeed"):
             with open(f"{name}_{side}.csv", newline="") as handle:
                 steps = list(csv.DictReader(handle))
+            median = statistics.median(float(r["seconds"]) for r in steps[1:])
+            dropped = statistics.mean(int(r["dropped"]) for r in steps)
             rows.append({"workload": workload, "routing": routing, "system": side,
-                         "steps": len(steps),
-                         "time_ms_median": f"{statistics.median(float(r['seconds']) for r in steps[1:]) * 1e3:.3f}",
-                         "dropped_per_step": f"{statistics.mean(int(r['dropped']) for r in steps):.1f}",
+                         "steps": len(steps), "time_ms_median": f"{median * 1e3:.3f}",
+                         "dropped_per_step": f"{dropped:.1f}",
                          "max_over_mean_load": f"{skew:.3f}",
                          "loads_equal_ours": "yes" if equal else "no"})
 with open(out / "workloads_cpu.csv", "w", newline="") as handle:

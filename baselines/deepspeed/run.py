@@ -415,7 +415,8 @@ def run_training(point, cfg, args, command, revision):
                       zip(run.probe.moe_layers, run.loads) for e, count in enumerate(per_expert)]
             dropped += run.dropped
             row = {"step": step + 1, "loss": loss, "lm_loss": lm, "aux_loss": aux, "lr": lr,
-                   "grad_norm": norm, "dropped": run.dropped, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                   "grad_norm": norm, "dropped": run.dropped, "seconds": seconds,
+                   "tokens_per_s": tokens / seconds,
                    "gflops_per_s": run.flops_per_step / point.G / seconds / 1e9, "G": point.G,
                    "T": 1, "Ep": point.Ep, "D": point.D, "dtd": 0, "cac": 0, "reduce_scatter": 0,
                    "zero1": int(cfg["parallel"]["zero1"]), "tile_elems": 0,
