@@ -21,6 +21,8 @@ from torch.utils.checkpoint import checkpoint
 
 from deepspeed.moe.layer import MoE
 
+import counter_random
+
 
 class Attention(nn.Module):
     def __init__(self, hidden, heads, fused):
@@ -148,49 +150,28 @@ def optimizer_groups(model):
                                                  "weight_decay": 0.0}]
 
 
-# The suite's synthetic source (lib/ted/train/data.cpp, lib/ted/core/random.hpp): a seeded
-# Markov chain keyed by (seed, sample, position), so DeepSpeed trains on the very tokens ours does.
-_MASK = (1 << 64) - 1
-_DATA_STREAM = 4
-
-
-def _mix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & _MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-    return x ^ (x >> 31)
-
-
-def _hash(seed, stream, a, b=0, c=0):
-    h = _mix64(seed ^ ((stream * 0xD1B54A32D192ED03) & _MASK))
-    h = _mix64(h ^ a)
-    h = _mix64(h ^ b)
-    return _mix64(h ^ c)
-
-
-def _uniform(bits):
-    return ((bits >> 11) + 0.5) * (1.0 / 9007199254740992.0)
-
-
+# The suite's synthetic source (lib/ted/train/data.cpp), on the counter-based random numbers
+# (counter_random.py): a seeded Markov chain keyed by (seed, sample, position), so DeepSpeed
+# trains on the very tokens ours does.
 class SyntheticSource:
     def __init__(self, vocab, seed, noise):
         self.vocab, self.seed, self.noise = vocab, seed, noise
         self.successor = list(range(vocab))
         for i in range(vocab - 1, 0, -1):  # seeded Fisher-Yates
-            j = _hash(seed, _DATA_STREAM, _MASK, i) % (i + 1)
+            j = counter_random.hash_key(seed, counter_random.DATA, counter_random.MASK, i) % (i + 1)
             self.successor[i], self.successor[j] = self.successor[j], self.successor[i]
 
     def sample(self, index, seq_len):
         tokens, targets = [0] * seq_len, [0] * seq_len
-        current = _hash(self.seed, _DATA_STREAM, index, 0) % self.vocab
+        current = counter_random.hash_key(self.seed, counter_random.DATA, index, 0) % self.vocab
         for p in range(seq_len + 1):
             if p < seq_len:
                 tokens[p] = current
             if p > 0:
                 targets[p - 1] = current
-            bits = _hash(self.seed, _DATA_STREAM, index, p + 1)
-            if _uniform(bits) < self.noise:
-                current = _hash(bits, 0, 0) % self.vocab
+            bits = counter_random.hash_key(self.seed, counter_random.DATA, index, p + 1)
+            if counter_random.uniform(bits) < self.noise:
+                current = counter_random.hash_key(bits, 0, 0) % self.vocab
             else:
                 current = self.successor[current]
         return tokens, targets

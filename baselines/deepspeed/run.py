@@ -15,7 +15,12 @@ FLOPs per rank by README's formula, the expert all-to-alls DeepSpeed made (calls
 per rank, their time), peak memory where PyTorch reports it (CUDA), final loss. Columns it
 cannot measure stay empty. ted_train configs: one row per step in ted_train's schema, written
 at the end (or at a non-finite loss, with the steps before it) to
-results/local/train/deepspeed_<config>.csv.
+results/local/train/deepspeed_<config>.csv, the dropped choices included; --loads FILE adds
+each step's per-expert loads (write_loads).
+
+routing.workload other than learned: DeepSpeed's gate takes each token's experts from our forced
+workload (ted_workload.py, handed over by routing_probe.py), its probabilities still weighting
+them.
 
 Launch with torchrun (baselines/deepspeed/launch.sh does it) or srun (slurm/*.sbatch beside
 this file): a point runs when its rank count is the launched one; the others are skipped with a
@@ -224,6 +229,7 @@ class Run:
         from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
 
         import gpt_moe
+        from routing_probe import RoutingProbe
 
         self.torch, self.dist = torch, torch.distributed
         self.point, cfg = point, point.cfg
@@ -238,6 +244,9 @@ class Run:
         model = gpt_moe.GptMoe(cfg, point.Ep)
         gpt_moe.initialise(model, m["init_std"], cfg["training"]["seed"],
                            self.rank % point.Ep, m["experts"] // point.Ep)
+        # Each MoE layer's per-expert loads and drops, and a forced workload's experts.
+        self.probe = RoutingProbe(model, cfg, sharded_moe, torch)
+        self.loads, self.dropped = None, 0  # the last step's, over the global batch
         self.parameters = gpt_moe.parameter_count(cfg)
         groups = split_params_into_different_moe_groups_for_optimizer(
             gpt_moe.optimizer_groups(model))
@@ -269,18 +278,22 @@ class Run:
 
     def step(self, step):
         """One optimizer step: (slowest rank's seconds, lm loss, aux loss, lr, grad norm,
-        all-to-all seconds of the slowest rank); losses are means over the global batch."""
+        all-to-all seconds of the slowest rank); losses are means over the global batch. Its
+        per-expert loads ([MoE layers, E], before drops) and dropped choices, summed over the
+        ranks as ours sums them over the data-parallel ranks: self.loads, self.dropped."""
         torch, cfg = self.torch, self.point.cfg
         d, seq = cfg["data"], cfg["model"]["seq_len"]
         micro = d["micro_batches"]
         lr = self.engine.get_lr()[0]
         self.a2a.reset()
+        self.probe.begin_step(step)
         self.dist.barrier()
         start = time.perf_counter()
         sums = [0.0, 0.0]
         for m in range(micro):
             # Global micro-batch m * DP + rank, as lib/ted/train/trainer.cpp hands them out.
             first = (step * micro * self.world + m * self.world + self.rank) * d["micro_batch"]
+            self.probe.begin_micro_batch(first)
             tokens, targets = self.gpt_moe.micro_batch(
                 self.source, first, d["micro_batch"], seq, self.device)
             lm, aux = self.engine(tokens, targets)
@@ -295,6 +308,10 @@ class Run:
         losses = torch.tensor(sums, dtype=torch.float64)
         self.dist.all_reduce(losses)
         losses /= micro * self.world
+        loads, dropped = self.probe.step_counts()
+        counts = torch.tensor(loads.ravel().tolist() + [dropped], dtype=torch.int64)
+        self.dist.all_reduce(counts)
+        self.loads, self.dropped = counts[:-1].numpy().reshape(loads.shape), int(counts[-1])
         norm = self.engine.get_global_grad_norm()
         norm = float(norm) if norm is not None else None
         return slowest[0].item(), losses[0].item(), losses[1].item(), lr, norm, slowest[1].item()
@@ -377,10 +394,22 @@ def run_experiment_point(point, cfg, args, command, revision):
     return run
 
 
+def write_loads(path, loads, dropped):
+    """Each step's per-expert loads, "step,layer,expert,load" (step from 0, layer the block's
+    index), and a last line "dropped,<choices dropped in all steps>": the format of
+    tests/apps/print_workload.cpp's loads, which prints ours."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write("step,layer,expert,load\n")
+        handle.writelines(f"{s},{layer},{e},{count}\n" for s, layer, e, count in loads)
+        handle.write(f"dropped,{dropped}\n")
+
+
 def run_training(point, cfg, args, command, revision):
     steps = cfg["training"]["steps"]
     run = Run(point, steps)
-    rows, first = [], None
+    rows, first, loads, dropped = [], None, [], 0
     try:
         for step in range(steps):
             seconds, lm, aux, lr, norm, _ = run.step(step)
@@ -389,8 +418,12 @@ def run_training(point, cfg, args, command, revision):
                 raise FloatingPointError(f"loss is {loss} at step {step + 1}")
             first = loss if first is None else first
             tokens = point.tokens_per_step()
+            loads += [(step, layer, e, int(count)) for layer, per_expert in
+                      zip(run.probe.moe_layers, run.loads) for e, count in enumerate(per_expert)]
+            dropped += run.dropped
             row = {"step": step + 1, "loss": loss, "lm_loss": lm, "aux_loss": aux, "lr": lr,
-                   "grad_norm": norm, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                   "grad_norm": norm, "dropped": run.dropped, "seconds": seconds,
+                   "tokens_per_s": tokens / seconds,
                    "gflops_per_s": run.flops_per_step / point.G / seconds / 1e9, "G": point.G,
                    "T": 1, "Ep": point.Ep, "D": point.D, "dtd": 0, "cac": 0, "reduce_scatter": 0,
                    "zero1": int(cfg["parallel"]["zero1"]), "tile_elems": 0,
@@ -415,6 +448,8 @@ def run_training(point, cfg, args, command, revision):
     if run.rank == 0:
         rows[-1]["fingerprint"] = f"{fingerprint:.9e}"
         write_atomic(args.csv, TRAIN_COLUMNS, rows)
+        if args.loads:
+            write_loads(args.loads, loads, dropped)
         print(f"# loss {first:.4f} -> {rows[-1]['loss']:.4f}\n# fingerprint {fingerprint:.9e}\n"
               f"# CSV: {args.csv}", flush=True)
 
@@ -429,6 +464,8 @@ def main():
     parser.add_argument("--dtype", help="fp32, bf16 or fp16 (run.dtype)")
     parser.add_argument("--backend", help="cpu or cuda (run.backend)")
     parser.add_argument("--csv", help="CSV (default results/local/<experiment>/deepspeed_<config>.csv, ignored by git)")
+    parser.add_argument("--loads", help="ted_train configs: each step's per-expert loads to this "
+                        "file (step,layer,expert,load; a last line dropped,<total>)")
     parser.add_argument("--check", action="store_true", help="validate only, run nothing")
     parser.add_argument("--ranks", type=int, help="with --check: the rank count to check for")
     parser.add_argument("--list-ranks", action="store_true",
@@ -448,6 +485,8 @@ def main():
         args.csv = cfg["run"]["csv"] or (cfg["training"]["csv"] if train else "") or \
             f"results/local/{cfg['experiment'] or 'train'}/deepspeed_{stem}.csv"
         columns = TRAIN_COLUMNS if train else EXPERIMENT_COLUMNS
+        if args.loads and not train:
+            raise ted_config.ConfigError("--loads is for ted_train configs (one row per step)")
         if not train:
             check_appendable(args.csv, columns)
         elif Path(args.csv).is_dir():

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+import ted_workload
+
 
 class ConfigError(Exception):
     pass
@@ -31,6 +33,7 @@ DEFAULTS = {
     "data": {"source": "synthetic", "path": "", "token_bytes": 2, "noise": 0.1, "micro_batch": 4,
              "micro_batches": 1, "global_batch": 0},
     "training": {"steps": 100, "seed": 1234, "log_every": 1, "csv": "", "grad_dtype": "fp32"},
+    "routing": dict(ted_workload.DEFAULTS),  # forced workloads (ted_workload.py)
     "parallel": {"tp": 1, "ep": 1, "dp": 0, "dtd": False, "cac": False, "cac_all_reduce": False,
                  "reduce_scatter": False, "zero1": True, "tile_elems": 0, "split_experts": True,
                  "overlap": 1},
@@ -203,6 +206,10 @@ def _validate(cfg):
                           f"({r['dtype']}), got '{grad_dtype}'")
     if r["warmup"] < 0 or r["iters"] < 0:
         raise ConfigError("run.warmup and run.iters must not be negative")
+    try:
+        ted_workload.validate(cfg["routing"], m["experts"], g["top_k"])
+    except ted_workload.WorkloadError as error:
+        raise ConfigError(str(error)) from None
     if cfg["experiment"] and cfg["experiment"] not in EXPERIMENTS + ("memory",):
         raise ConfigError(f"unknown experiment '{cfg['experiment']}'")
 
@@ -290,6 +297,10 @@ def all_points(cfg, world_size):
         if m["hidden"] % m["heads"]:
             raise ConfigError(f"{cfg['where']}: {point.label}: model.heads must divide "
                               "model.hidden")
+        try:  # a sweep point's experts
+            ted_workload.validate(point.cfg["routing"], m["experts"], g["top_k"])
+        except ted_workload.WorkloadError as error:
+            raise ConfigError(f"{cfg['where']}: {point.label}: {error}") from None
         tokens = point.cfg["data"]["micro_batch"] * m["seq_len"]
         if g["top_k"] == 1 and tokens < g["min_capacity"]:  # ours allows it; DeepSpeed asserts
             raise ConfigError(f"{cfg['where']}: {point.label}: DeepSpeed's top-1 gating needs at "

@@ -1,15 +1,21 @@
 #!/usr/bin/python3
 """Holds the DeepSpeed baseline's rows to ours (tests/apps/deepspeed_baseline.sh wrote them):
-    check_deepspeed.py <work dir> <ranks>
+    check_deepspeed.py <work dir> <ranks> <print_workload>
 ours.csv (ted_ablation: deepspeed-moe and ted, one untimed step), deepspeed.csv (run.py, one
-timed step), ours_train.csv and deepspeed_train.csv (5 steps each). Prints each check; exit 1
-on the first that fails."""
+timed step), ours_train.csv and deepspeed_train.csv (5 steps each); under a forced workload
+ours_workload.csv and deepspeed_workload.csv (ted_train's schema), ours_loads.csv
+(print_workload loads) and deepspeed_loads.csv (run.py --loads). print_workload (our C++) also
+checks the baseline's port of the workloads (baselines/deepspeed/ted_workload.py). Prints each
+check; exit 1 on the first that fails."""
 import csv
 import math
+import subprocess
 import sys
 from pathlib import Path
 
-work, ranks = Path(sys.argv[1]), int(sys.argv[2])
+work, ranks, print_workload = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "baselines/deepspeed"))
+import ted_workload  # noqa: E402 (the baseline's port, from its folder)
 VOCAB_TINY, VOCAB_TRAIN = 64, 32  # deepspeed_tiny.yaml, experiments/train/tiny-cpu.yaml
 
 
@@ -90,4 +96,38 @@ check(True, f"tokens per step equal at every step ({mine_tokens:.0f})")
 check(all(math.isclose(float(a["lr"]), float(b["lr"]), rel_tol=1e-6) for a, b in zip(ours, ds)),
       "the same learning-rate schedule")
 check(ds[-1]["fingerprint"] != "", "fingerprint on the last row")
+
+# A forced workload: DeepSpeed's gate took our experts.
+ours_loads = (work / "ours_loads.csv").read_text()
+ds_loads = (work / "deepspeed_loads.csv").read_text()
+lines = ours_loads.splitlines()
+check(len(lines) > 2 and ds_loads == ours_loads, f"forced workload: DeepSpeed's per-expert loads "
+      f"of every step and MoE layer, and its dropped choices, equal ours ({len(lines) - 2} "
+      f"counts, {lines[-1]})")
+_, ours = read("ours_workload.csv")
+_, ds = read("deepspeed_workload.csv")
+check([r["dropped"] for r in ds] == [r["dropped"] for r in ours],
+      f"forced workload: dropped choices per step equal ted_train's on {ranks} ranks "
+      f"({', '.join(r['dropped'] for r in ours)})")
+
+# The port: every workload's experts as our C++ assigns them (top-1 and top-2, parameters at
+# their defaults and at their edges, a large global token index).
+cases = 0
+for kind in ted_workload.KINDS[1:]:
+    for experts, top_k, params in ((4, 1, (0, 0.5, 1.0, 0)), (8, 2, (0, 0.5, 1.0, 0)),
+                                   (8, 2, (1, 1.0, 8.0, 6)), (16, 2, (3, 0.9, 0.3, 2)),
+                                   (6, 1, (6, 0.0, 0.0, 5))):
+        hot, share, zipf_s, zero = params
+        routing = {"workload": kind, "hot_experts": hot, "hot_share": share, "zipf_s": zipf_s,
+                   "zero_experts": zero}
+        for seed, step, layer, first in ((1234, 0, 1, 0), (7, 13, 3, 123456789012)):
+            args = [kind, experts, top_k, seed, step, layer, first, 300, hot, share, zipf_s, zero]
+            ours = subprocess.run([print_workload, "choices"] + [str(a) for a in args],
+                                  capture_output=True, text=True, check=True).stdout
+            theirs = ted_workload.assign_experts(routing, experts, top_k, seed, step, layer,
+                                                 first, 300)
+            cases += 1
+            if ours != "".join(" ".join(map(str, row)) + "\n" for row in theirs.tolist()):
+                check(False, f"the port's experts differ from ours: {kind} {params}")
+check(True, f"the port assigns our C++'s experts: {cases} cases, every workload, 300 tokens each")
 print("passed")

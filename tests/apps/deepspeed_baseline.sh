@@ -4,7 +4,11 @@
 # through baselines/deepspeed/run.py (one timed step), and ted_train's tiny config through both
 # (5 steps, Ep = 2); check_deepspeed.py then holds the rows to each other: the same schema,
 # finite losses, step-0 losses within 5% of ln(vocab) on both sides, the same tokens per step
-# and parameters as our deepspeed-moe, the same expert all-to-alls.
+# and parameters as our deepspeed-moe, the same expert all-to-alls. Then a forced routing
+# workload (2 ranks: hot_rank, top-1; 4 ranks: zipf, top-2 with second-choice noise) through
+# both, 3 steps: DeepSpeed's per-expert loads of every step and layer equal ours (print_workload
+# loads, from our trainer), its dropped choices equal ted_train's at every step, and the
+# baseline's Python port of the workloads gives our C++'s experts for every workload.
 # Skipped (exit 77, with the reason) when the environment cannot be installed: no registry,
 # or TED_SKIP_DEEPSPEED set.
 #   deepspeed_baseline.sh <source dir> <build dir> <work dir> <mpiexec> <ranks>
@@ -39,7 +43,22 @@ baselines/deepspeed/launch.sh -n "$ranks" -c "$config" "${layout[@]}" --csv "$wo
   -c experiments/train/tiny-cpu.yaml --ep 2 --steps 5 --csv "$work/ours_train.csv" >/dev/null
 baselines/deepspeed/launch.sh -n "$ranks" -c experiments/train/tiny-cpu.yaml \
   --set parallel.ep=2 --steps 5 --csv "$work/deepspeed_train.csv"
-/usr/bin/python3 "$source_dir/tests/apps/check_deepspeed.py" "$work" "$ranks"
+if [ "$ranks" -ge 4 ]; then
+  workload=(--set routing.workload=zipf --set routing.zipf_s=1.2 --set gating.top_k=2
+    --set gating.second_choice_noise=true --set gating.capacity_factor=1.25)
+else
+  workload=(--set routing.workload=hot_rank --set routing.hot_share=0.8)
+fi
+"$mpiexec" -n "$ranks" --oversubscribe "$build/apps/ted_train" \
+  -c experiments/train/tiny-cpu.yaml --ep 2 --steps 3 "${workload[@]}" \
+  --csv "$work/ours_workload.csv" >/dev/null
+baselines/deepspeed/launch.sh -n "$ranks" -c experiments/train/tiny-cpu.yaml \
+  --set parallel.ep=2 --steps 3 "${workload[@]}" --csv "$work/deepspeed_workload.csv" \
+  --loads "$work/deepspeed_loads.csv" >/dev/null
+"$build/tests/print_workload" loads experiments/train/tiny-cpu.yaml "$ranks" training.steps=3 \
+  $(printf '%s\n' "${workload[@]}" | grep -v -- --set) >"$work/ours_loads.csv"
+/usr/bin/python3 "$source_dir/tests/apps/check_deepspeed.py" "$work" "$ranks" \
+  "$build/tests/print_workload"
 # The sbatch scripts' check mode (no Slurm needed): the paper YAMLs at the paper's rank counts
 # pass; a config with an unknown key is refused with one line and exit 2.
 # Those experiments/registry.txt says the baseline runs.
