@@ -69,11 +69,15 @@ for topology in 2x2 2x2-slow; do
 done
 # The per-workload ratios against the measured sweep (results/ablation/workloads_cpu.csv, when
 # it has been measured: experiments/ablation/workloads-cpu.yaml on 4 CPU ranks).
-if [ -f results/ablation/workloads_cpu.csv ] && [ -f experiments/ablation/workloads-cpu.yaml ]; then
-  yaml=$(mktemp --suffix=.yaml)  # the YAML without its sweep: one workload per projection
-  sed '/^sweep:/,$d' experiments/ablation/workloads-cpu.yaml > "$yaml"
-  workloads "$yaml" experiments/clusters/cpu.yaml "$out/workloads_ablation_cpu.csv"
-  /usr/bin/python3 scripts/validate_workloads.py results/ablation/workloads_cpu.csv \
-    "$out/workloads_ablation_cpu.csv" "$out/validation_workloads_cpu.csv" | tail -1
-  rm -f "$yaml"
-fi
+# The same on the emulated cluster (results/ablation/workloads_emulated_2x2.csv: the sweep run by
+# scripts/emulated_cluster.sh experiments/emulated/2x2.yaml, against cpu-emulated_2x2.yaml).
+yaml=$(mktemp --suffix=.yaml)  # the YAML without its sweep: one workload per projection
+sed '/^sweep:/,$d' experiments/ablation/workloads-cpu.yaml > "$yaml"
+for measured in cpu emulated_2x2; do
+  [ -f "results/ablation/workloads_$measured.csv" ] || continue
+  cluster=experiments/clusters/$([ $measured = cpu ] && echo cpu || echo cpu-emulated_2x2).yaml
+  workloads "$yaml" "$cluster" "$out/workloads_ablation_$measured.csv"
+  /usr/bin/python3 scripts/validate_workloads.py "results/ablation/workloads_$measured.csv" \
+    "$out/workloads_ablation_$measured.csv" "$out/validation_workloads_$measured.csv" | tail -1
+done
+rm -f "$yaml"
