@@ -36,7 +36,8 @@ CsvColumns<TrainStepRow> make_columns() {
   c.add("tile_elems", [](R s) { return static_cast<long long>(s.config.parallel.tile_elems); });
   c.add("backend", [](R s) { return s.config.run.backend; });
   c.add("dtype", [](R s) { return s.config.run.dtype; });
-  c.add("grad_dtype", [](R s) { return CsvField(std::string(precision_name(s.config.model.grad_dtype))); });
+  c.add("grad_dtype",
+        [](R s) { return CsvField(std::string(precision_name(s.config.model.grad_dtype))); });
   c.add("comm", [](R s) { return s.run.world().name(); });
   c.add("device", [](R s) { return s.run.base_device().name(); });
   c.add("loss_scale", [](R s) { return s.record.loss_scale; });
