@@ -93,6 +93,37 @@ TEST_CASE("two jobs appending to one CSV at once lose no row") {
   fs::remove_all(path.parent_path());
 }
 
+TEST_CASE("a CSV written before the table gained columns at its end is widened, rows kept") {
+  fs::path path = scratch("widen/rows.csv");
+  fs::remove_all(path.parent_path());
+  ted::CsvTable before({"a", "b"});
+  before.row().add(1).add("x,y");
+  before.row().add(2).add("z");
+  ted::append_csv(before, path);
+  ted::CsvTable after({"a", "b", "c", "d"});
+  after.row().add(3).add("w").add(4).add(5);
+  ted::check_csv_appendable(after, path);  // the run's check before it measures anything
+  ted::append_csv(after, path);
+  CHECK(read(path) == "a,b,c,d\n1,\"x,y\",,\n2,z,,\n3,w,4,5\n");
+  CHECK_FALSE(fs::exists(path.string() + ".before-widening"));
+  const auto rows = ted::read_csv(path);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].at("b") == "x,y");
+  CHECK(rows[0].at("d").empty());
+  CHECK(rows[2].at("d") == "5");
+  // Not widening: columns removed, renamed, or added anywhere but at the end.
+  for (const auto& header : std::vector<std::vector<std::string>>{
+           {"a", "b", "c"}, {"a", "x", "c", "d", "e"}, {"z", "a", "b", "c", "d"}}) {
+    ted::CsvTable other(header);
+    auto& row = other.row();
+    for (std::size_t i = 0; i < header.size(); ++i) row.add(static_cast<int>(i));
+    CHECK_THROWS_AS(ted::check_csv_appendable(other, path), ted::ConfigError);
+    CHECK_THROWS_AS(ted::append_csv(other, path), ted::ConfigError);
+  }
+  CHECK(read(path) == "a,b,c,d\n1,\"x,y\",,\n2,z,,\n3,w,4,5\n");
+  fs::remove_all(path.parent_path());
+}
+
 TEST_CASE("an experiment's compute time is never negative") {
   ted::experiments::Result r;
   const std::vector<double> none[4] = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};

@@ -5,11 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <system_error>
 
 #include "ted/core/error.hpp"
@@ -157,6 +160,33 @@ void write_all(int fd, std::string_view text, const std::filesystem::path& path)
   }
 }
 
+// Whether a file's header line `existing` names the first columns of `header` (both with their
+// newline): the table gained columns at its end since the file was written.
+bool widens(const std::string& existing, const std::string& header) {
+  const std::size_t n = existing.size() - 1;  // without the newline
+  return !existing.empty() && n < header.size() && header.compare(0, n, existing, 0, n) == 0 &&
+         header[n] == ',';
+}
+
+// `text` (a CSV whose header is `existing`) with `header` and every row given empty fields for
+// the columns `header` adds.
+std::string widened(const std::string& text, const std::string& existing,
+                    const std::string& header) {
+  const auto columns = [](const std::string& line) {
+    return std::count(line.begin(), line.end(), ',');
+  };
+  const std::string pad(static_cast<std::size_t>(columns(header) - columns(existing)), ',');
+  std::string out = header;
+  std::size_t at = existing.size();
+  while (at < text.size()) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    if (end > at) out.append(text, at, end - at).append(pad).push_back('\n');
+    at = end + 1;
+  }
+  return out;
+}
+
 // Closes the file (and so drops its lock) on every path out.
 struct FileLock {
   int fd;
@@ -190,7 +220,7 @@ void check_output_path(const std::filesystem::path& path) {
 void check_csv_appendable(const CsvTable& table, const std::filesystem::path& path) {
   check_output_path(path);
   const std::string existing = first_line(path);
-  if (!existing.empty() && existing != header_line(table))
+  if (!existing.empty() && existing != header_line(table) && !widens(existing, header_line(table)))
     throw ConfigError("CSV '" + path.string() +
                       "' exists with other columns; choose another CSV path or move it");
 }
@@ -213,9 +243,26 @@ void append_csv(const CsvTable& table, const std::filesystem::path& path) {
   if (status.st_size == 0) {
     out = text;
   } else {
-    if (first_line(path) != header)
+    const std::string existing = first_line(path);
+    if (existing != header && !widens(existing, header))
       throw ConfigError("CSV '" + path.string() +
                         "' exists with other columns; choose another CSV path or move it");
+    if (existing != header) {  // widened in place, under the lock, a copy kept until it is
+      std::ifstream in(path, std::ios::binary);
+      const std::string old((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::filesystem::path copy = path;
+      copy += ".before-widening";
+      write_file_atomic(copy, old);
+      const std::string wide = widened(old, existing, header);
+      if (::ftruncate(fd, 0) != 0)
+        throw Error("cannot widen " + path.string() + ": " + std::strerror(errno));
+      write_all(fd, wide, path);
+      std::error_code ignored;
+      std::filesystem::remove(copy, ignored);
+      out.append(text, header.size(), std::string::npos);
+      write_all(fd, out, path);
+      return;
+    }
     char last = '\n';
     std::ifstream in(path, std::ios::binary);
     in.seekg(status.st_size - 1);

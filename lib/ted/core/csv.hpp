@@ -50,8 +50,11 @@ std::string csv_escape(std::string_view field);
 
 // Appends `table`'s rows to the CSV at `path` (folders created), under an exclusive lock (flock)
 // on the file: a new or empty file gets the header first; an existing one must have the same
-// header (ConfigError otherwise). The rows go in one write at the end of the file, so two jobs
-// appending at once lose no row, and a run killed between two appends leaves whole rows.
+// header (ConfigError otherwise), or one the table extends with columns at its end (a file
+// written before columns were added): that file is widened first, its rows given empty fields
+// for the new columns, a copy of it kept in <path>.before-widening until the widened file is
+// written. The rows go in one write at the end of the file, so two jobs appending at once lose
+// no row, and a run killed between two appends leaves whole rows.
 void append_csv(const CsvTable& table, const std::filesystem::path& path);
 
 // ConfigError naming `path` when a run could not write it: a directory, a file or folder that
@@ -59,7 +62,8 @@ void append_csv(const CsvTable& table, const std::filesystem::path& path);
 void check_output_path(const std::filesystem::path& path);
 
 // ConfigError naming `path` when a run could not append `table` to it: a directory, a file with
-// another header, or a folder that cannot be written. Creates nothing; for checks before a run.
+// another header (neither the table's nor its first columns), or a folder that cannot be written.
+// Creates nothing; for checks before a run.
 void check_csv_appendable(const CsvTable& table, const std::filesystem::path& path);
 
 // Writes `text` to `path` through a temporary file and a rename.
