@@ -1,5 +1,6 @@
 # Host dependencies, all as imported targets. Every one is a Debian package that
-# scripts/setup.sh installs; a missing one stops the configure with its package name.
+# scripts/common.sh (ted_install_missing) installs; a missing one stops the configure with its
+# package name.
 
 find_package(MPI REQUIRED COMPONENTS CXX)
 

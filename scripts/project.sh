@@ -71,8 +71,9 @@ done
 # it has been measured: experiments/ablation/workloads-cpu.yaml on 4 CPU ranks).
 # The same on the emulated cluster (results/ablation/workloads_emulated_2x2.csv: the sweep run by
 # scripts/emulated_cluster.sh experiments/emulated/2x2.yaml, against cpu-emulated_2x2.yaml).
-yaml=$(mktemp --suffix=.yaml)  # the YAML without its sweep: one workload per projection
-sed '/^sweep:/,$d' experiments/ablation/workloads-cpu.yaml > "$yaml"
+# ted_project reads the sweep's YAML as it is (its sweep.* keys are the measured runs'; each
+# projection takes its workload and capacity rule from --set), so the rows name the YAML itself.
+yaml=experiments/ablation/workloads-cpu.yaml
 for measured in cpu emulated_2x2; do
   [ -f "results/ablation/workloads_$measured.csv" ] || continue
   cluster=experiments/clusters/$([ $measured = cpu ] && echo cpu || echo cpu-emulated_2x2).yaml
@@ -80,4 +81,3 @@ for measured in cpu emulated_2x2; do
   /usr/bin/python3 scripts/validate_workloads.py "results/ablation/workloads_$measured.csv" \
     "$out/workloads_ablation_$measured.csv" "$out/validation_workloads_$measured.csv" | tail -1
 done
-rm -f "$yaml"

@@ -102,7 +102,9 @@ def check_appendable(path, columns):
 
 def append_rows(path, columns, rows):
     """Appends whole rows under an exclusive flock, the header first into a new or empty file
-    (lib/ted/core/csv.cpp append_csv's rules, so ours and this can share a file)."""
+    (lib/ted/core/csv.cpp append_csv's rules, so ours and this can share a file), except that
+    this runner does not widen a file written before columns were added: it needs the exact
+    header (give a new --csv, or let one of our programs widen the file first)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:

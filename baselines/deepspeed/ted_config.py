@@ -1,7 +1,7 @@
 """Our YAML configs, read for the DeepSpeed runner: the keys, defaults and rules of
 lib/ted/train/train_config.hpp and lib/ted/experiments/harness.hpp (a wrong key or value is a
 ConfigError naming the file and key), and the points each experiment measures, laid out as our
-`deepspeed-moe` system lays them (make_point in harness.cpp): T = 1, the tensor ranks becoming
+`deepspeed-moe` system lays them (make_point in lib/ted/experiments/plans.cpp): T = 1, the tensor ranks becoming
 data ranks, so DeepSpeed runs the same model, micro-batches and tokens per step.
 """
 import copy

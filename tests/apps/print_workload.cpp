@@ -1,4 +1,4 @@
-// Prints what our C++ routes under a forced workload, for tests/apps/check_deepspeed_workload.py,
+// Prints what our C++ routes under a forced workload, for tests/apps/check_deepspeed.py,
 // which holds the DeepSpeed baseline's port (baselines/deepspeed/ted_workload.py) and its runs
 // to it:
 //   print_workload choices <workload> <experts> <top_k> <seed> <step> <layer> <first token>

@@ -121,6 +121,21 @@ TEST_CASE("a CSV written before the table gained columns at its end is widened, 
     CHECK_THROWS_AS(ted::append_csv(other, path), ted::ConfigError);
   }
   CHECK(read(path) == "a,b,c,d\n1,\"x,y\",,\n2,z,,\n3,w,4,5\n");
+  // A field with a line break in it stays one field; a widening cut short (its copy left) stops
+  // every later append until the copy is restored or removed.
+  fs::path quoted = scratch("widen/quoted.csv");
+  ted::CsvTable two({"a", "b"});
+  two.row().add("line one\nline two").add(7);
+  ted::append_csv(two, quoted);
+  ted::CsvTable three({"a", "b", "c"});
+  three.row().add(8).add(9).add(10);
+  ted::append_csv(three, quoted);
+  CHECK(read(quoted) == "a,b,c\n\"line one\nline two\",7,\n8,9,10\n");
+  std::ofstream(quoted.string() + ".before-widening") << "a,b\n1,2\n";
+  std::ofstream(quoted, std::ios::trunc).close();  // as a crash after the truncation leaves it
+  CHECK_THROWS_AS(ted::check_csv_appendable(three, quoted), ted::ConfigError);
+  CHECK_THROWS_AS(ted::append_csv(three, quoted), ted::ConfigError);
+  CHECK(read(quoted).empty());
   fs::remove_all(path.parent_path());
 }
 

@@ -149,6 +149,7 @@ class Ops {
   // aux_scale * d aux.
   virtual void route_backward(const routing::Routing<M>& routing, const M* d_weight, M aux_scale,
                               T* d_logits) = 0;
+  // The aux loss, the dropped choices and each expert's load before drops (a read-back).
   virtual routing::RoutingStats routing_stats(const routing::Routing<M>& routing) = 0;
   // buffer [experts, capacity, h] (overwritten; empty slots 0) gathers the kept tokens of x.
   // `capacity` is the buffer's (padded) capacity, at least the routing's.

@@ -177,14 +177,32 @@ std::string widened(const std::string& text, const std::string& existing,
   };
   const std::string pad(static_cast<std::size_t>(columns(header) - columns(existing)), ',');
   std::string out = header;
-  std::size_t at = existing.size();
-  while (at < text.size()) {
-    std::size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    if (end > at) out.append(text, at, end - at).append(pad).push_back('\n');
-    at = end + 1;
+  bool quoted = false;  // inside a quoted field, where a line break belongs to the field
+  std::size_t row = existing.size();
+  for (std::size_t i = existing.size(); i <= text.size(); ++i) {
+    if (i < text.size() && text[i] == '"') quoted = !quoted;  // "" inside a field: twice
+    if (i == text.size() || (text[i] == '\n' && !quoted)) {
+      if (i > row) out.append(text, row, i - row).append(pad).push_back('\n');
+      row = i + 1;
+    }
   }
   return out;
+}
+
+// The copy a widening keeps of the file until the widened one is written.
+std::filesystem::path widening_copy(const std::filesystem::path& path) {
+  std::filesystem::path copy = path;
+  copy += ".before-widening";
+  return copy;
+}
+
+// ConfigError when a widening of `path` was cut short: its rows are in the copy.
+void check_no_widening_left(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(widening_copy(path), ec))
+    throw ConfigError("CSV '" + path.string() +
+                      "': a widening of it was cut short; its rows are in '" +
+                      widening_copy(path).string() + "': restore that file or remove it");
 }
 
 // Closes the file (and so drops its lock) on every path out.
@@ -219,6 +237,7 @@ void check_output_path(const std::filesystem::path& path) {
 
 void check_csv_appendable(const CsvTable& table, const std::filesystem::path& path) {
   check_output_path(path);
+  check_no_widening_left(path);
   const std::string existing = first_line(path);
   if (!existing.empty() && existing != header_line(table) && !widens(existing, header_line(table)))
     throw ConfigError("CSV '" + path.string() +
@@ -237,6 +256,7 @@ void append_csv(const CsvTable& table, const std::filesystem::path& path) {
   // Under the lock: the header as another job may just have written it.
   const std::string text = table.to_string();
   const std::string header = header_line(table);
+  check_no_widening_left(path);  // under the lock: an empty file may be a widening cut short
   struct stat status {};
   if (::fstat(fd, &status) != 0) throw Error("cannot stat " + path.string());
   std::string out;
@@ -250,8 +270,7 @@ void append_csv(const CsvTable& table, const std::filesystem::path& path) {
     if (existing != header) {  // widened in place, under the lock, a copy kept until it is
       std::ifstream in(path, std::ios::binary);
       const std::string old((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      std::filesystem::path copy = path;
-      copy += ".before-widening";
+      const std::filesystem::path copy = widening_copy(path);
       write_file_atomic(copy, old);
       const std::string wide = widened(old, existing, header);
       if (::ftruncate(fd, 0) != 0)

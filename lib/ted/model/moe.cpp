@@ -503,16 +503,7 @@ routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape&
   }
 
   ops.combine(acts.returned.data(), r, y, h, p.Cp);
-  if (!read_stats) return {};
-  routing::RoutingStats stats = ops.routing_stats(r);
-  // Each expert's load, before drops: what the routing workloads' runs report (its own read-back
-  // of [tokens, top_k] choices, the read-back above having waited for the device already).
-  std::vector<std::int32_t> chosen(r.expert.size());
-  device.copy_to_host(chosen.data(), r.expert.data(), chosen.size() * sizeof(std::int32_t));
-  stats.load.assign(static_cast<std::size_t>(E), 0);
-  for (std::int32_t e : chosen)
-    if (e >= 0) ++stats.load[static_cast<std::size_t>(e)];
-  return stats;
+  return read_stats ? ops.routing_stats(r) : routing::RoutingStats{};
 }
 
 template <typename T>

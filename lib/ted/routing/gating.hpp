@@ -80,7 +80,7 @@ struct Routing {
 struct RoutingStats {
   double aux = 0;
   int dropped = 0;
-  std::vector<std::int64_t> load;  // [experts] choices routed to each, before drops (the model)
+  std::vector<std::int64_t> load;  // [experts] choices routed to each, before drops
 };
 
 }  // namespace ted::routing

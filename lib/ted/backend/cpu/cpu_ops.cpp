@@ -392,6 +392,10 @@ class CpuOps final : public Ops<T> {
     stats.aux = static_cast<double>(r.aux.data()[0]);
     const std::int32_t* slot = r.slot.data();
     stats.dropped = static_cast<int>(std::count(slot, slot + r.slot.size(), -1));
+    stats.load.assign(static_cast<std::size_t>(r.experts), 0);
+    const std::int32_t* expert = r.expert.data();
+    for (std::size_t c = 0; c < r.expert.size(); ++c)
+      if (expert[c] >= 0) ++stats.load[static_cast<std::size_t>(expert[c])];
     return stats;
   }
 

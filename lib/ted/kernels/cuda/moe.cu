@@ -436,6 +436,13 @@ routing::RoutingStats routing_stats(Context& ctx, const routing::Routing<float>&
   ctx.device().copy_to_host(&count, dropped.data(), sizeof count);
   stats.aux = aux;
   stats.dropped = count;
+  // Each expert's load before drops, counted on the device: E integers read back.
+  Tensor<std::int32_t> load = zeros<std::int32_t>(ctx.device(), r.experts);
+  launch<load_kernel>(blocks_for(choices), kThreads, 0, stream(ctx), r.expert.data(), choices,
+                      load.data());
+  std::vector<std::int32_t> host(static_cast<std::size_t>(r.experts));
+  ctx.device().copy_to_host(host.data(), load.data(), host.size() * sizeof(std::int32_t));
+  stats.load.assign(host.begin(), host.end());
   return stats;
 }
 
