@@ -2,8 +2,8 @@
 // sources use, implemented on the CPU (docs/emulated_gpu.md). The sources compile unchanged
 // against this header with the host C++ compiler; kernels run as grids of blocks whose threads
 // are fibers (src/scheduler.cpp), streams are ordered queues each run by its own thread
-// (src/runtime_streams.cpp). It emulates what matters for correctness, never speed: nothing measured on
-// it is a GPU's number.
+// (src/runtime_streams.cpp). It emulates what matters for correctness, never speed: nothing
+// measured on it is a GPU's number.
 #pragma once
 
 #include <math.h>  // expf, logf, fmaxf, isfinite, INFINITY in the global namespace, as CUDA has them
