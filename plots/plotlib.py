@@ -1,6 +1,8 @@
-"""What every plot script shares: argument handling (CSV inputs, then the output PNG) and
-saving the figure as PNG and PDF."""
+"""What every plot script shares: argument handling (CSV inputs, then the output PNG), saving
+the figure as PNG and PDF, and the sidecar: a JSON file beside the PNG that says what the figure
+drew, read back from the figure's artists (see sidecar())."""
 import csv
+import json
 import re
 import sys
 from pathlib import Path
@@ -48,8 +50,85 @@ def run(draw, doc):
     figure.tight_layout()
     figure.savefig(output, dpi=120)
     figure.savefig(output.with_suffix(".pdf"))
-    print(f"wrote {output} and {output.with_suffix('.pdf')}")
+    written = [output, output.with_suffix(".pdf")]
+    meta = getattr(figure, "ted_sidecar", None)
+    if meta is not None:  # after savefig: the tick labels are formatted by then
+        described = dict(meta, image=output.name, inputs=inputs, panels=sidecar(figure))
+        with open(output.with_suffix(".json"), "w") as handle:
+            json.dump(described, handle, indent=1)
+            handle.write("\n")
+        written.append(output.with_suffix(".json"))
+    print("wrote " + ", ".join(map(str, written)))
     return 0
+
+
+def _axis(axis, label, scale):
+    """One axis of a panel: label, scale (and its base when logarithmic), limits and the major
+    ticks in view with the text each shows."""
+    low, high = sorted(axis.get_view_interval())
+    locations = list(axis.get_majorticklocs())
+    texts = axis.get_major_formatter().format_ticks(locations)
+    slack = 1e-9 * max(abs(low), abs(high), 1.0)
+    ticks = [(float(x), t) for x, t in zip(locations, texts) if low - slack <= x <= high + slack]
+    described = {"label": label, "scale": scale, "limits": [float(low), float(high)],
+                 "ticks": [x for x, _ in ticks], "tick_labels": [t for _, t in ticks]}
+    if scale == "log":
+        described["base"] = float(axis.get_transform().base)
+    return described
+
+
+def sidecar(figure):
+    """What the figure drew, from its artists, per panel (an axes whose gid names it). The plot
+    script tags what it draws with gids, fields split by "|":
+      line        "series|NAME"        -> series NAME, its points (x, y) as drawn
+      annotation  "label|NAME"         -> the text beside series NAME's point at its xy
+      annotation  "oom|NAME"           -> an "OOM" mark of series NAME at x (no y: not a time)
+      rectangle   "bar|NAME|PART"      -> the segment PART of the stacked bar NAME
+      annotation  "note|WHAT"          -> any other text the check may read (a bar's total)"""
+    panels = []
+    for axes in figure.axes:
+        if not axes.get_gid():
+            continue
+        panel = {"name": axes.get_gid(), "title": axes.get_title(),
+                 "x": _axis(axes.xaxis, axes.get_xlabel(), axes.get_xscale()),
+                 "y": _axis(axes.yaxis, axes.get_ylabel(), axes.get_yscale()),
+                 "series": [], "bars": [], "oom": [], "notes": []}
+        series = {}
+        for line in axes.get_lines():
+            kind, _, name = (line.get_gid() or "").partition("|")
+            if kind == "series":
+                points = [{"x": float(x), "y": float(y)}
+                          for x, y in zip(line.get_xdata(), line.get_ydata())]
+                series[name] = {"name": name, "points": points}
+                panel["series"].append(series[name])
+        bars = {}
+        for patch in axes.patches:
+            fields = (patch.get_gid() or "").split("|")
+            if fields[0] != "bar" or len(fields) != 3:
+                continue
+            bar = bars.setdefault(fields[1], {"name": fields[1], "segments": []})
+            bar["x"] = float(patch.get_x() + patch.get_width() / 2)
+            bar["segments"].append({"part": fields[2], "bottom": float(patch.get_y()),
+                                    "height": float(patch.get_height())})
+        panel["bars"] = sorted(bars.values(), key=lambda b: b["x"])
+        for text in axes.texts:
+            kind, _, name = (text.get_gid() or "").partition("|")
+            x, y = (float(v) for v in getattr(text, "xy", text.get_position()))
+            if kind == "label":
+                point = next((p for p in series.get(name, {"points": []})["points"]
+                              if abs(p["x"] - x) <= 1e-9 * abs(x) and
+                              abs(p["y"] - y) <= 1e-9 * abs(y)), None)
+                if point is None:
+                    panel["notes"].append({"what": "stray label " + name, "x": x, "y": y,
+                                           "text": text.get_text()})
+                else:
+                    point["label"] = text.get_text()
+            elif kind == "oom":
+                panel["oom"].append({"series": name, "x": x, "text": text.get_text()})
+            elif kind == "note":
+                panel["notes"].append({"what": name, "x": x, "y": y, "text": text.get_text()})
+        panels.append(panel)
+    return panels
 
 
 def run_of(row):
