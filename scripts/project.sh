@@ -24,12 +24,21 @@ projected() {  # projected <experiment/yaml stem> -> the CSV's path on stdout
   "$project" experiment -c "$yaml" --csv "$csv" >&2
   echo "$csv"
 }
-plot weak "$(projected weak_scaling/paper)" plots/paper_weak_scaling.png
-plot strong "$(projected strong_scaling/paper)" "$(projected strong_scaling/paper-6.7B-4E)" \
-  plots/paper_strong_scaling.png
-plot ablation "$(projected ablation/paper)" plots/paper_ablation.png
+# The paper's five figures in the paper's form (plots/paper_*.png, each with a .json sidecar of
+# what it drew: tests/plots/check_paper_figures.py), and the suite's additions to them in figures
+# of their own: DeepSpeed-MoE beside TED, every ablation variant (plots/projection_*.png).
+weak=$(projected weak_scaling/paper)
+strong=$(projected strong_scaling/paper)
+strong_fixed=$(projected strong_scaling/paper-6.7B-4E)
+ablation=$(projected ablation/paper)
+plot weak "$weak" plots/paper_weak_scaling.png
+plot strong "$strong" "$strong_fixed" plots/paper_strong_scaling.png
+plot ablation "$ablation" plots/paper_ablation.png
 plot largest "$(projected memory/paper)" plots/paper_largest_model.png
 plot spike "$(projected memory/paper-spike)" plots/paper_optimizer_spike.png
+plot weak-systems "$weak" plots/projection_weak_scaling_systems.png
+plot strong-systems "$strong" "$strong_fixed" plots/projection_strong_scaling_systems.png
+plot ablation-variants "$ablation" plots/projection_ablation_variants.png
 # The ablation and weak scaling under every forced routing workload, capacity and dropless
 # (docs/projection.md, "Routing workloads"): one CSV per experiment, workload and dropless columns.
 workloads() {  # workloads <experiment YAML> <cluster YAML> <out CSV>
