@@ -308,13 +308,17 @@ def draw(kind, inputs, output):
     return json.load(open(output.with_suffix(".json"))), ""
 
 
-def without_floats_noise(value):
+def drawn_data(value):
+    """What a sidecar says was drawn, without what matplotlib chose by itself (axis limits and
+    automatic ticks, which may differ between its versions) or float noise."""
     if isinstance(value, float):
         return round(value, 6)
     if isinstance(value, list):
-        return [without_floats_noise(v) for v in value]
+        return [drawn_data(v) for v in value]
     if isinstance(value, dict):
-        return {k: without_floats_noise(v) for k, v in value.items()}
+        if "scale" in value and "limits" in value:  # an axis
+            return {"label": value["label"], "scale": value["scale"]}
+        return {k: drawn_data(v) for k, v in value.items()}
     return value
 
 
@@ -337,7 +341,7 @@ for kind, (inputs, image) in FIGURES.items():
         check(False, f"{kind}: {committed.relative_to(root)} committed")
         continue
     kept = json.load(open(committed))
-    check(without_floats_noise(kept["panels"]) == without_floats_noise(sidecar["panels"]),
+    check(drawn_data(kept["panels"]) == drawn_data(sidecar["panels"]),
           f"{kind}: the committed {committed.relative_to(root)} is what plot_paper.py draws "
           "from the committed CSVs (else run scripts/project.sh)")
 
