@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   std::printf("# backend %s on %s\n", g_backend.f32->name().c_str(),
               g_backend.device->name().c_str());
   if (require_cudnn) {  // a typical shape: bf16, 128 positions, 4 heads of 64
-    const auto fused = g_backend.bf16->fused_attention(128, 4, 256);
+    const auto fused = g_backend.bf16->fused_attention(128, 4, 256, false);
     if (fused.kernel != "cudnn") {
       std::printf("SKIPPED: cuDNN's attention does not run here: %s\n",
                   fused.note.empty() ? ("the backend's fused kernel is " + fused.kernel).c_str()

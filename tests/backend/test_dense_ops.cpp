@@ -99,7 +99,7 @@ TEMPLATE_TEST_CASE("causal attention forward and backward", "[ops][attention]", 
   auto gqkv = upload<T>(qkv), gdout = upload<T>(dout);
   Tensor<T> gout(device(), out.size()), gprobs(device(), probs.size()),
       gdqkv(device(), dqkv.size());
-  ops<T>().attention_forward(gqkv.data(), gout.data(), gprobs.data(), batch, seq, heads, h);
+  ops<T>().attention_forward(gqkv.data(), gout.data(), gprobs.data(), batch, seq, heads, h, {});
   CHECK_CLOSE_TO_REFERENCE(T, download(gprobs), probs);
   CHECK_CLOSE_TO_REFERENCE(T, download(gout), out);
   // The backend's backward reads its own (rounded) probabilities: give the reference the same.
@@ -107,7 +107,7 @@ TEMPLATE_TEST_CASE("causal attention forward and backward", "[ops][attention]", 
   cpu::attention_backward(qkv.data(), probs_seen.data(), dout.data(), dqkv.data(), batch, seq,
                           heads, h);
   ops<T>().attention_backward(gqkv.data(), gprobs.data(), gdout.data(), gdqkv.data(), batch, seq,
-                              heads, h);
+                              heads, h, {});
   CHECK_CLOSE_TO_REFERENCE(T, download(gdqkv), dqkv);
 }
 
@@ -134,7 +134,7 @@ TEMPLATE_TEST_CASE("cross-entropy: the loss, and its scaled gradient in place", 
   // The scale inside, in place: what fp16 loss scaling needs (the unscaled gradient of 40
   // tokens x 333 classes would lose most of its bits in fp16).
   ops<T>().cross_entropy_backward(glogits.data(), gtargets.data(), glog_sum.data(), glogits.data(),
-                                  n, vocab, 1024.0f);
+                                  n, vocab, 1024.0f, 0, vocab);
   CHECK_CLOSE_TO_REFERENCE(T, download(glogits), d);
 }
 
@@ -152,8 +152,10 @@ TEMPLATE_TEST_CASE("embedding forward and backward", "[ops][embedding]", STORAGE
   auto gtok = upload<T>(tok), gpos = upload<T>(pos), gdx = upload<T>(dx);
   auto gdtok = zeros<float>(device(), dtok.size()), gdpos = zeros<float>(device(), dpos.size());
   Tensor<T> gx(device(), x.size());
-  ops<T>().embedding_forward(gtokens.data(), gtok.data(), gpos.data(), gx.data(), n, seq, h);
-  ops<T>().embedding_backward(gtokens.data(), gdx.data(), gdtok.data(), gdpos.data(), n, seq, h);
+  ops<T>().embedding_forward(gtokens.data(), gtok.data(), gpos.data(), gx.data(), n, seq, h, 0,
+                             vocab);
+  ops<T>().embedding_backward(gtokens.data(), gdx.data(), gdtok.data(), gdpos.data(), n, seq, h, 0,
+                              vocab);
   CHECK_CLOSE_TO_REFERENCE(T, download(gx), x);
   CHECK_CLOSE_TO_REFERENCE(float, download(gdtok), dtok);
   CHECK_CLOSE_TO_REFERENCE(float, download(gdpos), dpos);
@@ -257,4 +259,222 @@ TEST_CASE("AdamW, the clipped gradient tile, sums of squares and the overflow ch
   auto big = upload<Half>(std::vector<float>{1.0f, 70000.0f});
   CHECK(o.has_non_finite(big.data(), DataType::f16, 2));
   CHECK_FALSE(o.has_non_finite(big.data(), DataType::f16, 1));
+}
+
+// Dropout's mask is a function of (seed, step, site, global token, feature) alone: the same on
+// every backend, for any split of the rows (a rank's micro-batch, the recompute), dropping about
+// p of the elements and scaling the rest by 1 / (1 - p); bias + dropout + residual in one pass.
+TEMPLATE_TEST_CASE("dropout: the counter-based mask, and bias + dropout + residual",
+                   "[ops][dropout]", STORAGE_TYPES) {
+  using T = TestType;
+  const int rows = 37, width = 150;
+  const std::size_t count = static_cast<std::size_t>(rows) * width;
+  kernels::DropoutKey key{0.3, 1234, 5, 2 * kernels::kDropoutSites + kernels::kFfnOutputDropout,
+                          1000};
+  auto x = rounded<T>(random_vector(count, 60)), residual = rounded<T>(random_vector(count, 61));
+  auto bias = rounded<T>(random_vector(width, 62));
+  std::vector<float> y(count), z = x;
+  cpu::dropout(x.data(), y.data(), rows, width, key);
+  cpu::bias_dropout_residual(z.data(), bias.data(), residual.data(), rows, width, key);
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    dropped += y[i] == 0.0f && x[i] != 0.0f;
+    if (y[i] != 0.0f) CHECK(y[i] == Approx(x[i] / 0.7f).epsilon(1e-6));
+  }
+  INFO(dropped << " of " << count << " dropped");
+  CHECK(std::abs(double(dropped) / count - 0.3) < 0.02);
+  auto gx = upload<T>(x), gz = upload<T>(x), gres = upload<T>(residual), gb = upload<T>(bias);
+  Tensor<T> gy(device(), count);
+  ops<T>().dropout(gx.data(), gy.data(), rows, width, key);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gy), y);
+  ops<T>().bias_dropout_residual(gz.data(), gb.data(), gres.data(), rows, width, key);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gz), z);
+  // In place, on the rows 10.. alone (their tokens' global indices): the same mask.
+  auto tail = upload<T>(x);
+  kernels::DropoutKey later = key;
+  later.first_token += 10;
+  const std::size_t skip = 10 * static_cast<std::size_t>(width);
+  ops<T>().dropout(tail.data() + skip, tail.data() + skip, rows - 10, width, later);
+  const auto got = download(tail);
+  const auto whole = download(gy);
+  CHECK(std::equal(got.begin() + skip, got.end(), whole.begin() + skip));
+  // Another step, site or token draws another mask; p = 0 keeps everything.
+  for (auto other : {kernels::DropoutKey{0.3, 1234, 6, key.site, 1000},
+                     kernels::DropoutKey{0.3, 1234, 5, key.site + 1, 1000},
+                     kernels::DropoutKey{0.3, 1234, 5, key.site, 1001}}) {
+    std::vector<float> w(count);
+    cpu::dropout(x.data(), w.data(), rows, width, other);
+    CHECK(w != y);
+  }
+  ops<T>().bias_dropout_residual(gx.data(), nullptr, gres.data(), rows, width, {});
+  std::vector<float> plain(count);
+  for (std::size_t i = 0; i < count; ++i) plain[i] = x[i] + residual[i];
+  CHECK_CLOSE_TO_REFERENCE(T, download(gx), plain);
+}
+
+// Dropout on the attention probabilities, both variants, against the CPU's materialised
+// attention; and a tensor rank's heads (first_head) draw the whole model's mask of those heads.
+TEMPLATE_TEST_CASE("attention with dropout on the probabilities", "[ops][attention][dropout]",
+                   STORAGE_TYPES) {
+  using T = TestType;
+  const int batch = 2, seq = 37, heads = 4, h = 32;
+  const int n = batch * seq;
+  kernels::DropoutKey key{0.25, 99, 3, kernels::kAttentionProbsDropout, 64};
+  auto qkv = rounded<T>(random_vector(n * 3 * h, 63)), dout = rounded<T>(random_vector(n * h, 64));
+  std::vector<float> out(n * h), probs(batch * heads * seq * seq), dqkv(n * 3 * h);
+  cpu::attention_forward(qkv.data(), out.data(), probs.data(), batch, seq, heads, h, key);
+  cpu::attention_backward(qkv.data(), probs.data(), dout.data(), dqkv.data(), batch, seq, heads, h,
+                          key);
+  std::vector<float> plain(n * h), plain_probs(probs.size());
+  cpu::attention_forward(qkv.data(), plain.data(), plain_probs.data(), batch, seq, heads, h);
+  CHECK(plain_probs == probs);  // the probabilities are kept undropped
+  CHECK(plain != out);
+  auto gqkv = upload<T>(qkv), gdout = upload<T>(dout);
+  Tensor<T> gout(device(), out.size()), gprobs(device(), probs.size()),
+      gdqkv(device(), dqkv.size());
+  ops<T>().attention_forward(gqkv.data(), gout.data(), gprobs.data(), batch, seq, heads, h, key);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gout), out);
+  ops<T>().attention_backward(gqkv.data(), gprobs.data(), gdout.data(), gdqkv.data(), batch, seq,
+                              heads, h, key);
+  // The backward reads the backend's own rounded probabilities: 16-bit error grows with them.
+  if constexpr (std::is_same_v<T, float>) CHECK_CLOSE_TO_REFERENCE(T, download(gdqkv), dqkv);
+  Tensor<float> glse(device(), static_cast<std::size_t>(batch) * heads * seq);
+  ops<T>().flash_attention_forward(gqkv.data(), gout.data(), glse.data(), batch, seq, heads, h,
+                                   key);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gout), out);
+  ops<T>().flash_attention_backward(gqkv.data(), gout.data(), glse.data(), gdout.data(),
+                                    gdqkv.data(), batch, seq, heads, h, key);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdqkv), dqkv);
+  // Heads 2 and 3 alone, as the second of two tensor ranks holds them.
+  const int hl = h / 2;
+  std::vector<float> part(n * 3 * hl), part_dout(n * hl);
+  for (int r = 0; r < n; ++r) {
+    for (int third = 0; third < 3; ++third)
+      for (int c = 0; c < hl; ++c)
+        part[r * 3 * hl + third * hl + c] = qkv[r * 3 * h + third * h + hl + c];
+    for (int c = 0; c < hl; ++c) part_dout[r * hl + c] = dout[r * h + hl + c];
+  }
+  kernels::DropoutKey rank_key = key;
+  rank_key.first_head = heads / 2;
+  auto gpart = upload<T>(part), gpart_dout = upload<T>(part_dout);
+  Tensor<T> gpart_out(device(), part_dout.size()), gpart_d(device(), part.size());
+  Tensor<float> gpart_lse(device(), static_cast<std::size_t>(batch) * heads / 2 * seq);
+  ops<T>().flash_attention_forward(gpart.data(), gpart_out.data(), gpart_lse.data(), batch, seq,
+                                   heads / 2, hl, rank_key);
+  ops<T>().flash_attention_backward(gpart.data(), gpart_out.data(), gpart_lse.data(),
+                                    gpart_dout.data(), gpart_d.data(), batch, seq, heads / 2, hl,
+                                    rank_key);
+  std::vector<float> want_out(part_dout.size()), want_d(part.size());
+  for (int r = 0; r < n; ++r) {
+    for (int c = 0; c < hl; ++c) want_out[r * hl + c] = out[r * h + hl + c];
+    for (int third = 0; third < 3; ++third)
+      for (int c = 0; c < hl; ++c)
+        want_d[r * 3 * hl + third * hl + c] = dqkv[r * 3 * h + third * h + hl + c];
+  }
+  CHECK_CLOSE_TO_REFERENCE(T, download(gpart_out), want_out);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gpart_d), want_d);
+}
+
+// The vocabulary-parallel embedding, LM head and cross-entropy (tied embeddings): a vocabulary of
+// 333 words split over 3 ranks padded to 336 (112 rows each, the last with 3 rows of padding);
+// the slices' results, combined as the tensor group's all-reduces combine them, equal the whole
+// vocabulary's.
+TEMPLATE_TEST_CASE("vocabulary-parallel embedding, LM head and cross-entropy", "[ops][vocab]",
+                   STORAGE_TYPES) {
+  using T = TestType;
+  const int vocab = 333, ranks = 3, rows = 112, seq = 8, n = 24, h = 40;
+  auto table = rounded<T>(random_vector(static_cast<std::size_t>(ranks) * rows * h, 70));
+  std::fill(table.begin() + static_cast<std::size_t>(vocab) * h, table.end(), 0.0f);  // padding
+  auto pos = rounded<T>(random_vector(seq * h, 71)), x = rounded<T>(random_vector(n * h, 72));
+  auto dx_in = rounded<T>(random_vector(n * h, 73));
+  std::vector<std::int32_t> tokens(n), targets(n);
+  for (int i = 0; i < n; ++i) tokens[i] = (i * 41 + 5) % vocab, targets[i] = (i * 97 + 300) % vocab;
+  // The whole vocabulary, on the CPU reference: embedding, logits, loss and their gradients.
+  std::vector<float> emb(n * h), logits(n * vocab), log_sum(n), d_logits(n * vocab);
+  std::vector<float> d_table(table.size(), 0.0f), d_pos(pos.size(), 0.0f), dx(n * h, 0.0f);
+  cpu::embedding_forward(tokens.data(), table.data(), pos.data(), emb.data(), n, seq, h);
+  cpu::lm_head_forward(x.data(), table.data(), logits.data(), n, h, vocab);
+  const float loss =
+      cpu::cross_entropy_loss(logits.data(), targets.data(), log_sum.data(), n, vocab);
+  cpu::cross_entropy_backward(logits.data(), targets.data(), log_sum.data(), d_logits.data(), n,
+                              vocab, 1.0f);
+  cpu::embedding_backward(tokens.data(), dx_in.data(), d_table.data(), d_pos.data(), n, seq, h);
+  cpu::lm_head_backward(x.data(), table.data(), d_logits.data(), dx.data(), d_table.data(), n, h,
+                        vocab);
+  // The LM head on the table is the linear layer on its transpose.
+  std::vector<float> transposed(static_cast<std::size_t>(h) * vocab), linear(n * vocab);
+  for (int v = 0; v < vocab; ++v)
+    for (int c = 0; c < h; ++c) transposed[c * vocab + v] = table[v * h + c];
+  cpu::linear_forward(x.data(), transposed.data(), static_cast<const float*>(nullptr),
+                      linear.data(), n, h, vocab);
+  CHECK(normalized_error(linear, logits) < 1e-6);
+
+  // Each rank's slice on the backend; the position embedding added by rank 0 only.
+  auto gtokens = upload_i32(tokens), gtargets = upload_i32(targets);
+  auto gx = upload<T>(x), gpos = upload<T>(pos), gdx_in = upload<T>(dx_in);
+  std::vector<float> emb_sum(n * h, 0.0f), max(n, -INFINITY), sums(2 * n, 0.0f);
+  std::vector<Tensor<T>> slice_logits;
+  for (int t = 0; t < ranks; ++t) {
+    const int first = t * rows, words = std::min(rows, vocab - first);
+    auto gtable =
+        upload<T>(std::vector<float>(table.begin() + static_cast<std::size_t>(first) * h,
+                                     table.begin() + static_cast<std::size_t>(first + rows) * h));
+    Tensor<T> gemb(device(), emb.size());
+    ops<T>().embedding_forward(gtokens.data(), gtable.data(), t == 0 ? gpos.data() : nullptr,
+                               gemb.data(), n, seq, h, first, words);
+    const auto part = download(gemb);
+    for (std::size_t i = 0; i < part.size(); ++i) emb_sum[i] += part[i];
+    slice_logits.emplace_back(device(), static_cast<std::size_t>(n) * rows);
+    ops<T>().lm_head_forward(gx.data(), gtable.data(), slice_logits.back().data(), n, h, rows);
+    Tensor<float> gmax(device(), n);
+    ops<T>().cross_entropy_max(slice_logits.back().data(), gmax.data(), n, rows, words);
+    const auto m = download(gmax);
+    for (int i = 0; i < n; ++i) max[i] = std::max(max[i], m[i]);
+  }
+  CHECK_CLOSE_TO_REFERENCE(T, emb_sum, emb);
+  auto gmax = upload<float>(max);
+  for (int t = 0; t < ranks; ++t) {
+    const int first = t * rows, words = std::min(rows, vocab - first);
+    Tensor<float> gpartials(device(), 2 * static_cast<std::size_t>(n));
+    ops<T>().cross_entropy_partials(slice_logits[t].data(), gtargets.data(), gmax.data(),
+                                    gpartials.data(), n, rows, first, words);
+    const auto part = download(gpartials);
+    for (int i = 0; i < 2 * n; ++i) sums[i] += part[i];
+  }
+  auto gsums = upload<float>(sums);
+  Tensor<float> glog_sum(device(), n);
+  const double gloss = ops<T>().cross_entropy_finish(gmax.data(), gsums.data(), glog_sum.data(), n);
+  // The logits are T on the backend, fp32 in the reference: T's tolerance.
+  CHECK_CLOSE_TO_REFERENCE(T, std::vector<float>{static_cast<float>(gloss)},
+                           std::vector<float>{loss});
+  CHECK_CLOSE_TO_REFERENCE(T, download(glog_sum), log_sum);
+  // Backward per slice: the logits' gradient (0 in the padding), the table's gradient from both
+  // uses, and the LM head's input gradient summed over the slices.
+  std::vector<float> dx_sum(n * h, 0.0f);
+  for (int t = 0; t < ranks; ++t) {
+    const int first = t * rows, words = std::min(rows, vocab - first);
+    auto gtable =
+        upload<T>(std::vector<float>(table.begin() + static_cast<std::size_t>(first) * h,
+                                     table.begin() + static_cast<std::size_t>(first + rows) * h));
+    ops<T>().cross_entropy_backward(slice_logits[t].data(), gtargets.data(), glog_sum.data(),
+                                    slice_logits[t].data(), n, rows, 1.0f, first, words);
+    const auto d = download(slice_logits[t]);
+    std::vector<float> want(static_cast<std::size_t>(n) * rows, 0.0f);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < words; ++j) want[i * rows + j] = d_logits[i * vocab + first + j];
+    CHECK_CLOSE_TO_REFERENCE(T, d, want);
+    auto gd_table = zeros<float>(device(), static_cast<std::size_t>(rows) * h);
+    auto gdx = zeros<T>(device(), static_cast<std::size_t>(n) * h);
+    ops<T>().embedding_backward(gtokens.data(), gdx_in.data(), gd_table.data(), nullptr, n, seq, h,
+                                first, words);
+    ops<T>().lm_head_backward(gx.data(), gtable.data(), slice_logits[t].data(), gdx.data(),
+                              gd_table.data(), n, h, rows);
+    CHECK_CLOSE_TO_REFERENCE(
+        T, download(gd_table),
+        std::vector<float>(d_table.begin() + static_cast<std::size_t>(first) * h,
+                           d_table.begin() + static_cast<std::size_t>(first + rows) * h));
+    const auto part = download(gdx);
+    for (std::size_t i = 0; i < part.size(); ++i) dx_sum[i] += part[i];
+  }
+  CHECK_CLOSE_TO_REFERENCE(T, dx_sum, dx);
 }

@@ -47,11 +47,11 @@ TEMPLATE_TEST_CASE("fused causal attention equals the materialised one", "[ops][
   auto gqkv = upload<T>(qkv), gdout = upload<T>(dout);
   Tensor<T> gout(device(), out.size()), gdqkv(device(), dqkv.size());
   Tensor<float> glse(device(), lse.size());
-  ops<T>().flash_attention_forward(gqkv.data(), gout.data(), glse.data(), batch, seq, heads, h);
+  ops<T>().flash_attention_forward(gqkv.data(), gout.data(), glse.data(), batch, seq, heads, h, {});
   CHECK_CLOSE_TO_REFERENCE(T, download(gout), out);
   CHECK_CLOSE_TO_REFERENCE(float, download(glse), lse);
   ops<T>().flash_attention_backward(gqkv.data(), gout.data(), glse.data(), gdout.data(),
-                                    gdqkv.data(), batch, seq, heads, h);
+                                    gdqkv.data(), batch, seq, heads, h, {});
   CHECK_CLOSE_TO_REFERENCE(T, download(gdqkv), dqkv);
 }
 
@@ -102,7 +102,7 @@ TEMPLATE_TEST_CASE("model.attention = auto runs the backend's fastest attention"
   c.hidden = 256;
   c.heads = 4;
   c.layers = 1;
-  const auto fused = ops<T>().fused_attention(c.seq_len, c.heads, c.hidden);
+  const auto fused = ops<T>().fused_attention(c.seq_len, c.heads, c.hidden, false);
   model::GptModel<T> model(c, device());
   INFO("kernel table: " << fused.kernel << (fused.fastest ? " (fastest)" : "") << " "
                         << fused.note);

@@ -35,18 +35,18 @@ void check_attention(int batch, int seq, int heads, int h, std::uint32_t seed,
   auto gqkv = upload<T>(qkv), gdout = upload<T>(dout);
   Tensor<T> gout(device(), out.size()), gdqkv(device(), dqkv.size());
   Tensor<float> glse(device(), static_cast<std::size_t>(batch) * heads * seq);
-  ops<T>().flash_attention_forward(gqkv.data(), gout.data(), glse.data(), batch, seq, heads, h);
+  ops<T>().flash_attention_forward(gqkv.data(), gout.data(), glse.data(), batch, seq, heads, h, {});
   CHECK_CLOSE_TO_REFERENCE(T, download(gout), out);
   ops<T>().flash_attention_backward(gqkv.data(), gout.data(), glse.data(), gdout.data(),
-                                    gdqkv.data(), batch, seq, heads, h);
+                                    gdqkv.data(), batch, seq, heads, h, {});
   CHECK_CLOSE_TO_REFERENCE(T, download(gdqkv), dqkv);
   if (fused_only) return;
   Tensor<T> gprobs(device(), probs.size()), gout2(device(), out.size()),
       gdqkv2(device(), dqkv.size());
-  ops<T>().attention_forward(gqkv.data(), gout2.data(), gprobs.data(), batch, seq, heads, h);
+  ops<T>().attention_forward(gqkv.data(), gout2.data(), gprobs.data(), batch, seq, heads, h, {});
   CHECK_CLOSE_TO_REFERENCE(T, download(gout2), out);
   ops<T>().attention_backward(gqkv.data(), gprobs.data(), gdout.data(), gdqkv2.data(), batch, seq,
-                              heads, h);
+                              heads, h, {});
   // The materialised backward reads its own rounded probabilities: 16-bit error grows with them.
   if constexpr (std::is_same_v<T, float>) CHECK_CLOSE_TO_REFERENCE(T, download(gdqkv2), dqkv);
 }

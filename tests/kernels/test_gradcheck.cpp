@@ -104,12 +104,12 @@ TEST_CASE("gradcheck: fused causal attention (tiles, online softmax, recomputed 
   Vec qkv = random_vector(B * S * 3 * h, 7, 2.0), r = random_vector(B * S * h, 8);
   Vec out(B * S * h), lse(B * H * S), d_qkv(qkv.size());
   auto loss = [&] {
-    cpu::flash_attention_forward(qkv.data(), out.data(), lse.data(), B, S, H, h, tile);
+    cpu::flash_attention_forward(qkv.data(), out.data(), lse.data(), B, S, H, h, {}, tile);
     return dot(out, r);
   };
   loss();
   cpu::flash_attention_backward(qkv.data(), out.data(), lse.data(), r.data(), d_qkv.data(), B, S, H,
-                                h, tile);
+                                h, {}, tile);
   CHECK(check_gradient("fused attention d qkv", loss, qkv.data(), qkv.size(), d_qkv.data()) <
         kTolerance);
 
@@ -120,9 +120,9 @@ TEST_CASE("gradcheck: fused causal attention (tiles, online softmax, recomputed 
   cpu::attention_backward(qkv.data(), probs.data(), r.data(), ref_d_qkv.data(), B, S, H, h);
   for (int t : {1, 3, 4, 11, 64}) {
     INFO("tile " << t);
-    cpu::flash_attention_forward(qkv.data(), out.data(), lse.data(), B, S, H, h, t);
+    cpu::flash_attention_forward(qkv.data(), out.data(), lse.data(), B, S, H, h, {}, t);
     cpu::flash_attention_backward(qkv.data(), out.data(), lse.data(), r.data(), d_qkv.data(), B, S,
-                                  H, h, t);
+                                  H, h, {}, t);
     double out_error = 0, grad_error = 0;
     for (std::size_t i = 0; i < out.size(); ++i)
       out_error = std::max(out_error, std::abs(out[i] - ref_out[i]));
@@ -147,8 +147,140 @@ TEST_CASE("gradcheck: fused causal attention (tiles, online softmax, recomputed 
   double first = out[0];
   qkv[3 * h * (S - 1)] += 1.0;
   qkv[3 * h * (S - 1) + h] += 1.0;
-  cpu::flash_attention_forward(qkv.data(), out.data(), lse.data(), B, S, H, h, tile);
+  cpu::flash_attention_forward(qkv.data(), out.data(), lse.data(), B, S, H, h, {}, tile);
   CHECK(out[0] == first);
+}
+
+// Dropout: with its mask fixed by its key, a linear map that is its own backward; the
+// bias-dropout-add's bias gradient is the column sums of the dropped gradient.
+TEST_CASE("gradcheck: dropout and bias + dropout + residual") {
+  const int n = 6, w = 9;
+  const ted::kernels::DropoutKey key{0.4, 3, 2, 5, 70};
+  Vec x = random_vector(n * w, 40), b = random_vector(w, 41), res = random_vector(n * w, 42);
+  Vec r = random_vector(n * w, 43), y(n * w);
+  auto loss = [&] {
+    cpu::dropout(x.data(), y.data(), n, w, key);
+    return dot(y, r);
+  };
+  Vec dx(n * w);
+  cpu::dropout(r.data(), dx.data(), n, w, key);
+  CHECK(check_gradient("dropout d input", loss, x.data(), x.size(), dx.data()) < kTolerance);
+  auto fused = [&] {
+    y = x;
+    cpu::bias_dropout_residual(y.data(), b.data(), res.data(), n, w, key);
+    return dot(y, r);
+  };
+  Vec db(w, 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < w; ++j) db[j] += dx[i * w + j];
+  CHECK(check_gradient("bias-dropout-add d input", fused, x.data(), x.size(), dx.data()) <
+        kTolerance);
+  CHECK(check_gradient("bias-dropout-add d bias", fused, b.data(), b.size(), db.data()) <
+        kTolerance);
+  CHECK(check_gradient("bias-dropout-add d residual", fused, res.data(), res.size(), r.data()) <
+        kTolerance);
+}
+
+// Dropout on the attention probabilities: both variants against finite differences, and the
+// fused one equal to the materialised one with the same mask, for every tile size.
+TEST_CASE("gradcheck: causal attention with dropout on the probabilities") {
+  const int B = 2, S = 11, H = 2, h = 6;
+  const ted::kernels::DropoutKey key{0.3, 8, 1, 0, 40, 1};
+  Vec qkv = random_vector(B * S * 3 * h, 44, 2.0), r = random_vector(B * S * h, 45);
+  Vec out(B * S * h), probs(B * H * S * S), lse(B * H * S), d_qkv(qkv.size());
+  auto materialised = [&] {
+    cpu::attention_forward(qkv.data(), out.data(), probs.data(), B, S, H, h, key);
+    return dot(out, r);
+  };
+  materialised();
+  const Vec ref_out = out;
+  cpu::attention_backward(qkv.data(), probs.data(), r.data(), d_qkv.data(), B, S, H, h, key);
+  const Vec ref_d = d_qkv;
+  CHECK(check_gradient("attention + dropout d qkv", materialised, qkv.data(), qkv.size(),
+                       d_qkv.data()) < kTolerance);
+  for (int tile : {1, 4, 64}) {
+    INFO("tile " << tile);
+    auto fused = [&] {
+      cpu::flash_attention_forward(qkv.data(), out.data(), lse.data(), B, S, H, h, key, tile);
+      return dot(out, r);
+    };
+    fused();
+    cpu::flash_attention_backward(qkv.data(), out.data(), lse.data(), r.data(), d_qkv.data(), B, S,
+                                  H, h, key, tile);
+    double out_error = 0, grad_error = 0;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      out_error = std::max(out_error, std::abs(out[i] - ref_out[i]));
+    for (std::size_t i = 0; i < qkv.size(); ++i)
+      grad_error = std::max(grad_error, std::abs(d_qkv[i] - ref_d[i]));
+    CHECK(out_error < 1e-12);
+    CHECK(grad_error < 1e-12);
+    if (tile == 4)
+      CHECK(check_gradient("fused attention + dropout d qkv", fused, qkv.data(), qkv.size(),
+                           d_qkv.data()) < kTolerance);
+  }
+}
+
+// The tied embedding over two tensor ranks' vocabulary slices (7 words padded to 8): the token
+// embedding feeds x, the same table makes the logits, and the vocabulary-parallel cross-entropy
+// combines the slices as the all-reduces do. The table's gradient is both uses'.
+TEST_CASE("gradcheck: tied embedding, LM head and vocabulary-parallel cross-entropy") {
+  const int V = 7, rows = 4, ranks = 2, n = 5, seq = 5, h = 3;
+  Vec table = random_vector(ranks * rows * h, 46);
+  std::fill(table.begin() + V * h, table.end(), 0.0);  // the padding row
+  Vec pos = random_vector(seq * h, 47), x(n * h), logits(ranks * n * rows), log_sum(n);
+  std::vector<std::int32_t> tokens = {1, 6, 3, 0, 4}, targets = {6, 2, 4, 5, 0};
+  auto loss = [&] {
+    std::fill(x.begin(), x.end(), 0.0);
+    Vec part(n * h), max(n, -INFINITY), sums(2 * n, 0.0), stats(2 * n);
+    for (int t = 0; t < ranks; ++t) {
+      const int first = t * rows, words = std::min(rows, V - first);
+      cpu::embedding_forward(tokens.data(), table.data() + first * h, t == 0 ? pos.data() : nullptr,
+                             part.data(), n, seq, h, first, words);
+      for (int i = 0; i < n * h; ++i) x[i] += part[i];
+    }
+    for (int t = 0; t < ranks; ++t) {
+      const int first = t * rows, words = std::min(rows, V - first);
+      double* l = logits.data() + t * n * rows;
+      cpu::lm_head_forward(x.data(), table.data() + first * h, l, n, h, rows);
+      Vec m(n);
+      cpu::cross_entropy_max(l, m.data(), n, rows, words);
+      for (int i = 0; i < n; ++i) max[i] = std::max(max[i], m[i]);
+    }
+    for (int t = 0; t < ranks; ++t) {
+      const int first = t * rows, words = std::min(rows, V - first);
+      cpu::cross_entropy_partials(logits.data() + t * n * rows, targets.data(), max.data(),
+                                  stats.data(), n, rows, first, words);
+      for (int i = 0; i < 2 * n; ++i) sums[i] += stats[i];
+    }
+    return cpu::cross_entropy_finish(max.data(), sums.data(), log_sum.data(), n);
+  };
+  loss();
+  Vec d_table(table.size(), 0.0), d_pos(pos.size(), 0.0), dx(n * h, 0.0), d_logits(logits.size());
+  for (int t = 0; t < ranks; ++t) {
+    const int first = t * rows, words = std::min(rows, V - first);
+    cpu::cross_entropy_backward(logits.data() + t * n * rows, targets.data(), log_sum.data(),
+                                d_logits.data() + t * n * rows, n, rows, 1.0, first, words);
+    cpu::lm_head_backward(x.data(), table.data() + first * h, d_logits.data() + t * n * rows,
+                          dx.data(), d_table.data() + first * h, n, h, rows);
+  }
+  for (int t = 0; t < ranks; ++t) {
+    const int first = t * rows, words = std::min(rows, V - first);
+    cpu::embedding_backward(tokens.data(), dx.data(), d_table.data() + first * h,
+                            t == 0 ? d_pos.data() : nullptr, n, seq, h, first, words);
+  }
+  for (int j = V * h; j < ranks * rows * h; ++j) CHECK(d_table[j] == 0.0);  // padding
+  std::vector<std::size_t> words_only;  // the padding row is no parameter of the loss
+  for (std::size_t i = 0; i < static_cast<std::size_t>(V * h); ++i) words_only.push_back(i);
+  CHECK(check_gradient("tied table (both uses)", loss, table.data(), table.size(), d_table.data(),
+                       words_only) < kTolerance);
+  CHECK(check_gradient("position embedding", loss, pos.data(), pos.size(), d_pos.data()) <
+        kTolerance);
+  // The whole vocabulary's loss, by the one-pass op, is the same function.
+  Vec whole(n * V), whole_sum(n);
+  const double sliced = loss();
+  cpu::lm_head_forward(x.data(), table.data(), whole.data(), n, h, V);
+  CHECK(std::abs(cpu::cross_entropy_loss(whole.data(), targets.data(), whole_sum.data(), n, V) -
+                 sliced) < 1e-12);
 }
 
 TEST_CASE("gradcheck: dense FFN (linear, GeLU, linear)") {

@@ -29,6 +29,7 @@
 #include "ted/core/slice_map.hpp"
 #include "ted/device/device.hpp"
 #include "ted/kernels/adamw.hpp"
+#include "ted/kernels/elementwise.hpp"
 #include "ted/routing/gating.hpp"
 
 namespace ted {
@@ -70,12 +71,31 @@ class Ops {
   virtual void init_normal(T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
                            double std, const model::SliceMap& map) = 0;
 
+  // ---- dropout (kernels/elementwise.hpp: the mask of DropoutKey) ----------------------------
+  // y[r, j] = x[r, j] * the mask of (token row r, feature j); y may be x. A sub-layer's dropout,
+  // and its backward (the same mask on the gradient).
+  virtual void dropout(const T* x, T* y, int rows, int width, const kernels::DropoutKey& key) = 0;
+  // y = residual + dropout(y + bias) for one bias [width] (or null) over rows [rows, width],
+  // computed in M and rounded once: a sub-layer's output, its dropout and the skip connection
+  // (Megatron's bias-dropout-add).
+  virtual void bias_dropout_residual(T* y, const T* bias, const T* residual, int rows, int width,
+                                     const kernels::DropoutKey& key) = 0;
+
   // ---- the dense layers ------------------------------------------------------------------------
-  // x[i] = tok[tokens[i]] + pos[i mod seq]; backward accumulates into both tables.
+  // x[i] = tok[tokens[i] - first_word] + pos[i mod seq]; backward accumulates into both tables.
+  // tok holds the rows of the words first_word .. first_word + words - 1 (the whole vocabulary,
+  // or a tensor rank's slice of the vocabulary-parallel embedding): a token outside them gives a
+  // zero row and no gradient here. pos (dpos) may be null: nothing added (no gradient).
   virtual void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x,
-                                 int n, int seq, int h) = 0;
+                                 int n, int seq, int h, int first_word, int words) = 0;
   virtual void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n,
-                                  int seq, int h) = 0;
+                                  int seq, int h, int first_word, int words) = 0;
+  // The output layer on the embedding table it is tied to, table [rows, h] as the embedding
+  // keeps it: logits [n, rows] = x table^T. Backward: dx += d_logits table (if dx), d_table +=
+  // d_logits^T x.
+  virtual void lm_head_forward(const T* x, const T* table, T* logits, int n, int h, int rows) = 0;
+  virtual void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx, M* d_table,
+                                int n, int h, int rows) = 0;
   // LayerNorm over h (eps 1e-5), keeping each row's mean and 1/std.
   virtual void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd,
                                  int n, int h) = 0;
@@ -108,38 +128,60 @@ class Ops {
   virtual void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) = 0;
   // d = d * gelu'(hidden) in place, and db += d's column sums (db may be null).
   virtual void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) = 0;
-  // Causal multi-head attention on qkv [batch*seq, 3h]; probs [batch, heads, seq, seq].
+  // Causal multi-head attention on qkv [batch*seq, 3h]; probs [batch, heads, seq, seq]. With
+  // `dropout` active, out = dropout(probs) v (kernels/cpu/layers.hpp: the mask's rows are the
+  // query tokens, its features (global head, key position)); probs stay undropped.
   virtual void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
-                                 int h) = 0;
+                                 int h, const kernels::DropoutKey& dropout) = 0;
   // d_qkv is overwritten.
   virtual void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
-                                  int seq, int heads, int h) = 0;
+                                  int seq, int heads, int h,
+                                  const kernels::DropoutKey& dropout) = 0;
   // The same attention fused (FlashAttention-2): the scores live one tile at a time; lse
   // [batch, heads, seq] keeps each row's log-sum-exp of its scaled scores for the backward,
-  // which recomputes them tile by tile from qkv, and takes the forward's out as well.
+  // which recomputes them tile by tile from qkv, and takes the forward's out as well. The
+  // same dropout mask as the materialised attention's.
   virtual void flash_attention_forward(const T* qkv, T* out, M* lse, int batch, int seq, int heads,
-                                       int h) = 0;
+                                       int h, const kernels::DropoutKey& dropout) = 0;
   // d_qkv is overwritten.
   virtual void flash_attention_backward(const T* qkv, const T* out, const M* lse, const T* d_out,
-                                        T* d_qkv, int batch, int seq, int heads, int h) = 0;
-  // Which kernel flash_attention_* runs for this shape in this storage type: "flash" (the
-  // suite's own FlashAttention-2) or "cudnn" (cuDNN's fused attention, the kernels the field
-  // runs on a GPU), and whether it is the backend's fastest attention for the shape (what
-  // model.attention = auto takes; false: the materialised one is faster here).
+                                        T* d_qkv, int batch, int seq, int heads, int h,
+                                        const kernels::DropoutKey& dropout) = 0;
+  // Which kernel flash_attention_* runs for this shape in this storage type, with or without
+  // dropout on the probabilities: "flash" (the suite's own FlashAttention-2) or "cudnn"
+  // (cuDNN's fused attention, the kernels the field runs on a GPU), and whether it is the
+  // backend's fastest attention for the shape (what model.attention = auto takes; false: the
+  // materialised one is faster here).
   struct FusedAttention {
     std::string kernel;
     bool fastest = true;
     std::string note;  // on a GPU without cuDNN's attention for the shape: why not
   };
-  virtual FusedAttention fused_attention(int seq, int heads, int h) = 0;
+  virtual FusedAttention fused_attention(int seq, int heads, int h, bool dropout) = 0;
   // The mean cross-entropy of logits [n, vocab] against targets; keeps each row's log-sum-exp
   // in log_sum [n] for the backward.
   virtual double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,
                                     int vocab) = 0;
   // d_logits = scale * (softmax - onehot) / n, computed in M and rounded once, so 16-bit
-  // storage holds the scaled gradient. d_logits may alias logits.
+  // storage holds the scaled gradient. d_logits may alias logits. logits [n, vocab] hold the
+  // words first_word .. first_word + words - 1 in their first `words` columns (the whole
+  // vocabulary: 0 and vocab; or a tensor rank's slice), the rest padding, whose gradient is 0.
   virtual void cross_entropy_backward(const T* logits, const std::int32_t* targets,
-                                      const M* log_sum, T* d_logits, int n, int vocab, M scale) = 0;
+                                      const M* log_sum, T* d_logits, int n, int vocab, M scale,
+                                      int first_word, int words) = 0;
+  // The vocabulary-parallel cross-entropy (Megatron's), in steps around the tensor group's
+  // all-reduces, on logits [n, cols] of the words first_word .. first_word + words - 1 (the
+  // first `words` columns; the rest padding, left out): row_max [n], each row's max over them
+  // (-inf where words is 0), to be all-reduced with max;
+  virtual void cross_entropy_max(const T* logits, M* row_max, int n, int cols, int words) = 0;
+  // partials [2n]: each row's sum of exp(logit - row_max), then its target's logit where the
+  // slice holds the target (else 0), to be all-reduced with sum;
+  virtual void cross_entropy_partials(const T* logits, const std::int32_t* targets,
+                                      const M* row_max, M* partials, int n, int cols,
+                                      int first_word, int words) = 0;
+  // then log_sum [n] = row_max + log(sum) for the backward, and the mean cross-entropy. On the
+  // whole vocabulary the three steps give cross_entropy_loss's result.
+  virtual double cross_entropy_finish(const M* row_max, const M* partials, M* log_sum, int n) = 0;
 
   // ---- the MoE layer ---------------------------------------------------------------------------
   // Routing of one gating group (routing/gating.hpp), allocating `out`'s buffers on the device.

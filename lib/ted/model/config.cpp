@@ -44,6 +44,11 @@ void ModelConfig::validate() const {
     throw ConfigError("gating.aux_coeff must not be negative, got " +
                       std::to_string(gate.aux_coeff));
   routing::validate(gate.workload, gate.experts, gate.top_k);
+  if (!(dropout >= 0 && dropout < 1))
+    throw ConfigError(
+        "model.dropout must be in [0, 1) (the probability of dropping an element), "
+        "got " +
+        std::to_string(dropout));
   if (!(init_std > 0) || init_std > 1)
     throw ConfigError("model.init_std must be in (0, 1], got " + std::to_string(init_std));
   check_tensor_elements(double(vocab) * hidden, "model.vocab x model.hidden");

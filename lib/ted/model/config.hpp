@@ -20,6 +20,15 @@ struct ModelConfig {
   int expert_interval = 2;   // every expert_interval-th block is MoE (blocks 1, 3, ... for 2)
   routing::GateConfig gate;  // gate.experts is the number of experts
   bool checkpoint = false;   // activation checkpointing per block
+  // Megatron's GPT: the input embedding split over the tensor group by vocabulary and tied to
+  // the output layer (one [vocab, hidden] table, both uses' gradients summed in it), the
+  // cross-entropy vocabulary-parallel. false: an embedding and an LM head of their own, each
+  // whole on every tensor rank.
+  bool tie_embeddings = true;
+  // Dropout after the attention probabilities and after each sub-layer's output (attention and
+  // FFN or MoE, before the residual add), as GPT-3 and Megatron place it (GPT-3: 0.1); masks
+  // drawn from counters of (seed, step, layer, global token, feature), the same on every layout.
+  double dropout = 0;
   // Causal attention: "fused" (scores one tile at a time, each row's log-sum-exp kept: the
   // backend's FlashAttention-2, or cuDNN's fused attention on a GPU where it takes the shape),
   // "materialized" (the [seq, seq] probabilities kept per head, as the Megatron of the paper's
@@ -35,6 +44,12 @@ struct ModelConfig {
   double init_std = 0.02;
 
   int ffn() const { return ffn_mult * hidden; }
+  // The vocabulary as a tensor group of T ranks splits it (tied embeddings): padded to a
+  // multiple of T, as Megatron pads it, each rank holding padded_vocab(T) / T rows; the padding
+  // rows stay 0 and are left out of the softmax, so every T computes the same function.
+  int padded_vocab(int tensor) const {
+    return tie_embeddings ? (vocab + tensor - 1) / tensor * tensor : vocab;
+  }
   bool is_moe(int layer) const { return (layer + 1) % expert_interval == 0; }
   bool fused_attention() const { return attention != "materialized"; }
   // Throws ConfigError naming the key and the rule.

@@ -121,7 +121,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
 template <typename T>
 void GptModel<T>::resolve_attention() {
   const int heads = config_.heads / T_, hl = config_.hidden / T_, S = config_.seq_len;
-  const auto fused = ops_->fused_attention(S, heads, hl);
+  const auto fused = ops_->fused_attention(S, heads, hl, false);
   fused_attention_ = config_.attention == "fused" ||
                      (config_.attention == "auto" &&
                       (fused.fastest || double(heads) * S * S > kMaxTensorElements));
@@ -193,11 +193,11 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   if (fused_attention_) {
     a.lse = Tensor<M>(device_, static_cast<std::size_t>(B) * Hl * S);
     a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
-    ops.flash_attention_forward(a.qkv.data(), a.att.data(), a.lse.data(), B, S, Hl, hl);
+    ops.flash_attention_forward(a.qkv.data(), a.att.data(), a.lse.data(), B, S, Hl, hl, {});
   } else {
     a.probs = Tensor<T>(device_, static_cast<std::size_t>(B) * Hl * S * S);
     a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
-    ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl);
+    ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl, {});
   }
   a.mid = Tensor<T>(device_, Nh);
   if (T_ == 1) {  // no reduction between the GEMM and its bias and skip: one fused op
@@ -328,9 +328,10 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   Tensor<T> d_qkv(device_, static_cast<std::size_t>(N) * 3 * hl);
   if (fused_attention_)
     ops.flash_attention_backward(a.qkv.data(), a.att.data(), a.lse.data(), d_att.data(),
-                                 d_qkv.data(), B, S, Hl, hl);
+                                 d_qkv.data(), B, S, Hl, hl, {});
   else
-    ops.attention_backward(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, Hl, hl);
+    ops.attention_backward(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, Hl, hl,
+                           {});
   Tensor<T> d_ln1 = zeros<T>(device_, Nh);
   ops.linear_backward(a.ln1.data(), P.value(ids.qkv_w), d_qkv.data(), d_ln1.data(),
                       P.grad(ids.qkv_w), P.grad(ids.qkv_b), N, h, 3 * hl);
@@ -364,7 +365,7 @@ Losses GptModel<T>::forward(const Batch& batch) {
   acts_.resize(static_cast<std::size_t>(config_.layers));
   acts_[0].input = Tensor<T>(device_, Nh);
   ops.embedding_forward(token_ids_.data(), params_.value(tok_emb_), params_.value(pos_emb_),
-                        acts_[0].input.data(), tokens_, S, h);
+                        acts_[0].input.data(), tokens_, S, h, 0, V);
   Losses losses;
   M aux = 0;
   for (int l = 0; l < config_.layers; ++l) {
@@ -404,7 +405,7 @@ void GptModel<T>::backward(M loss_scale) {
   T* d_logits = logits_.data();
   params_.open_stage(lnf_g_, lm_head_ + 1);  // 16-bit gradients: the head's, in fp32
   ops.cross_entropy_backward(logits_.data(), target_ids_.data(), log_sum_.data(), d_logits, tokens_,
-                             V, loss_scale);
+                             V, loss_scale, 0, V);
   Tensor<T> d_lnf = zeros<T>(device_, Nh);
   ops.linear_backward(lnf_.data(), params_.value(lm_head_), d_logits, d_lnf.data(),
                       params_.grad(lm_head_), nullptr, tokens_, h, V);
@@ -426,7 +427,7 @@ void GptModel<T>::backward(M loss_scale) {
   }
   params_.open_stage(tok_emb_, pos_emb_ + 1);
   ops.embedding_backward(token_ids_.data(), d_x.data(), params_.grad(tok_emb_),
-                         params_.grad(pos_emb_), tokens_, S, h);
+                         params_.grad(pos_emb_), tokens_, S, h, 0, V);
   params_.close_stage();
   acts_.clear();
   logits_ = Tensor<T>();

@@ -21,6 +21,8 @@ ConfigSchema TrainConfig::schema() {
   s.add("model.expert_interval", &m.expert_interval);
   s.add("model.checkpoint", &m.checkpoint);
   s.add("model.attention", &m.attention);
+  s.add("model.tie_embeddings", &m.tie_embeddings);
+  s.add("model.dropout", &m.dropout);
   s.add("model.init_std", &m.init_std);
   s.add("gating.top_k", &m.gate.top_k);
   s.add("gating.capacity_factor", &m.gate.capacity_factor);

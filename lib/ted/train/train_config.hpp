@@ -1,7 +1,7 @@
 // Everything a training run reads: model, gating, optimizer, data, run length, output.
 // YAML layout (every key optional; defaults below):
 //   model:     vocab seq_len hidden heads layers ffn_mult experts expert_interval checkpoint
-//              init_std
+//              attention tie_embeddings dropout init_std
 //   gating:    top_k capacity_factor min_capacity random_token_selection second_choice_noise
 //              dropless aux_coeff
 //   routing:   workload (learned | balanced | hot_experts | hot_rank | zipf | zero_load |

@@ -161,24 +161,43 @@ class CpuOps final : public Ops<T> {
     });
   }
 
+  void dropout(const T* x, T* y, int rows, int width, const kernels::DropoutKey& key) override {
+    TED_OP_TIMER(__func__);
+    const std::size_t count = count_of<T>(rows, width);
+    In<T> xc(x, count);
+    Out<T> yc(y, count, false);
+    kc::dropout<C>(xc, yc, rows, width, key);
+  }
+
+  void bias_dropout_residual(T* y, const T* bias, const T* residual, int rows, int width,
+                             const kernels::DropoutKey& key) override {
+    TED_OP_TIMER(__func__);
+    In<T> b(bias, width), r(residual, count_of<T>(rows, width));
+    Out<T> yc(y, count_of<T>(rows, width), true);
+    kc::bias_dropout_residual<C>(yc, b, r, rows, width, key);
+  }
+
   void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n,
-                         int seq, int h) override {
+                         int seq, int h, int first_word, int words) override {
     TED_OP_TIMER(__func__);
     parallel_for(
         n,
         [&](std::int64_t first, std::int64_t last) {
           for (std::int64_t i = first; i < last; ++i) {
-            const T* t = tok + static_cast<std::int64_t>(tokens[i]) * h;
-            const T* p = pos + (i % seq) * h;
+            const int row = tokens[i] - first_word;
+            const bool here = row >= 0 && row < words;
+            const T* t = tok + static_cast<std::int64_t>(row) * h;
+            const T* p = pos ? pos + (i % seq) * h : nullptr;
             T* out = x + i * h;
-            for (int j = 0; j < h; ++j) out[j] = narrow<T>(widen(t[j]) + widen(p[j]));
+            for (int j = 0; j < h; ++j)
+              out[j] = narrow<T>((here ? widen(t[j]) : C(0)) + (p ? widen(p[j]) : C(0)));
           }
         },
         kRows);
   }
 
   void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n, int seq,
-                          int h) override {
+                          int h, int first_word, int words) override {
     TED_OP_TIMER(__func__);
     // Rows scatter into shared table rows: parallel over columns instead, each column summed
     // in row order by one thread (the serial loop's result).
@@ -187,15 +206,32 @@ class CpuOps final : public Ops<T> {
         [&](std::int64_t first, std::int64_t last) {
           for (int i = 0; i < n; ++i) {
             const T* g = dx + static_cast<std::int64_t>(i) * h;
-            M* t = dtok + static_cast<std::int64_t>(tokens[i]) * h;
-            M* p = dpos + static_cast<std::int64_t>(i % seq) * h;
+            const int row = tokens[i] - first_word;
+            M* t = row >= 0 && row < words ? dtok + static_cast<std::int64_t>(row) * h : nullptr;
+            M* p = dpos ? dpos + static_cast<std::int64_t>(i % seq) * h : nullptr;
             for (std::int64_t j = first; j < last; ++j) {
-              t[j] += widen(g[j]);
-              p[j] += widen(g[j]);
+              if (t) t[j] += widen(g[j]);
+              if (p) p[j] += widen(g[j]);
             }
           }
         },
         64);
+  }
+
+  void lm_head_forward(const T* x, const T* table, T* logits, int n, int h, int rows) override {
+    TED_OP_TIMER(__func__);
+    In<T> xc(x, count_of<T>(n, h)), tc(table, count_of<T>(rows, h));
+    Out<T> lc(logits, count_of<T>(n, rows), false);
+    kc::lm_head_forward<C>(xc, tc, lc, n, h, rows);
+  }
+
+  void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx, M* d_table, int n,
+                        int h, int rows) override {
+    TED_OP_TIMER(__func__);
+    In<T> xc(x, count_of<T>(n, h)), tc(table, count_of<T>(rows, h)),
+        dl(d_logits, count_of<T>(n, rows));
+    Out<T> dxc(dx, count_of<T>(n, h), true);
+    kc::lm_head_backward<C>(xc, tc, dl, dxc, d_table, n, h, rows);
   }
 
   void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd, int n,
@@ -302,43 +338,44 @@ class CpuOps final : public Ops<T> {
     }
   }
 
-  void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
-                         int h) override {
+  void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads, int h,
+                         const kernels::DropoutKey& dropout) override {
     TED_OP_TIMER(__func__);
     const std::size_t rows = count_of<T>(batch, seq);
     In<T> q(qkv, rows * 3 * h);
     Out<T> o(out, rows * h, false), p(probs, rows * heads * seq, false);
-    kc::attention_forward<C>(q, o, p, batch, seq, heads, h);
+    kc::attention_forward<C>(q, o, p, batch, seq, heads, h, dropout);
   }
 
   void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
-                          int seq, int heads, int h) override {
+                          int seq, int heads, int h, const kernels::DropoutKey& dropout) override {
     TED_OP_TIMER(__func__);
     const std::size_t rows = count_of<T>(batch, seq);
     In<T> q(qkv, rows * 3 * h), p(probs, rows * heads * seq), d(d_out, rows * h);
     Out<T> dq(d_qkv, rows * 3 * h, false);
-    kc::attention_backward<C>(q, p, d, dq, batch, seq, heads, h);
+    kc::attention_backward<C>(q, p, d, dq, batch, seq, heads, h, dropout);
   }
 
-  void flash_attention_forward(const T* qkv, T* out, M* lse, int batch, int seq, int heads,
-                               int h) override {
+  void flash_attention_forward(const T* qkv, T* out, M* lse, int batch, int seq, int heads, int h,
+                               const kernels::DropoutKey& dropout) override {
     TED_OP_TIMER(__func__);
     const std::size_t rows = count_of<T>(batch, seq);
     In<T> q(qkv, rows * 3 * h);
     Out<T> o(out, rows * h, false);
-    kc::flash_attention_forward<C>(q, o, lse, batch, seq, heads, h);
+    kc::flash_attention_forward<C>(q, o, lse, batch, seq, heads, h, dropout);
   }
 
   void flash_attention_backward(const T* qkv, const T* out, const M* lse, const T* d_out, T* d_qkv,
-                                int batch, int seq, int heads, int h) override {
+                                int batch, int seq, int heads, int h,
+                                const kernels::DropoutKey& dropout) override {
     TED_OP_TIMER(__func__);
     const std::size_t rows = count_of<T>(batch, seq);
     In<T> q(qkv, rows * 3 * h), o(out, rows * h), d(d_out, rows * h);
     Out<T> dq(d_qkv, rows * 3 * h, false);
-    kc::flash_attention_backward<C>(q, o, lse, d, dq, batch, seq, heads, h);
+    kc::flash_attention_backward<C>(q, o, lse, d, dq, batch, seq, heads, h, dropout);
   }
 
-  typename Ops<T>::FusedAttention fused_attention(int, int, int) override {
+  typename Ops<T>::FusedAttention fused_attention(int, int, int, bool) override {
     return {"flash", true, ""};
   }
 
@@ -350,11 +387,30 @@ class CpuOps final : public Ops<T> {
   }
 
   void cross_entropy_backward(const T* logits, const std::int32_t* targets, const M* log_sum,
-                              T* d_logits, int n, int vocab, M scale) override {
+                              T* d_logits, int n, int vocab, M scale, int first_word,
+                              int words) override {
     TED_OP_TIMER(__func__);
     In<T> l(logits, count_of<T>(n, vocab));  // copied first for 16-bit, so aliasing is fine
     Out<T> d(d_logits, count_of<T>(n, vocab), false);
-    kc::cross_entropy_backward<C>(l, targets, log_sum, d, n, vocab, scale);
+    kc::cross_entropy_backward<C>(l, targets, log_sum, d, n, vocab, scale, first_word, words);
+  }
+
+  void cross_entropy_max(const T* logits, M* row_max, int n, int cols, int words) override {
+    TED_OP_TIMER(__func__);
+    In<T> l(logits, count_of<T>(n, cols));
+    kc::cross_entropy_max<C>(l, row_max, n, cols, words);
+  }
+
+  void cross_entropy_partials(const T* logits, const std::int32_t* targets, const M* row_max,
+                              M* partials, int n, int cols, int first_word, int words) override {
+    TED_OP_TIMER(__func__);
+    In<T> l(logits, count_of<T>(n, cols));
+    kc::cross_entropy_partials<C>(l, targets, row_max, partials, n, cols, first_word, words);
+  }
+
+  double cross_entropy_finish(const M* row_max, const M* partials, M* log_sum, int n) override {
+    TED_OP_TIMER(__func__);
+    return static_cast<double>(kc::cross_entropy_finish<C>(row_max, partials, log_sum, n));
   }
 
   void route(const M* logits, int tokens, const routing::GateConfig& config,

@@ -65,13 +65,27 @@ class CudaOps final : public Ops<T> {
     kc::init_normal<T>(ctx_, dst, count, seed, key, std, map);
   }
 
+  void dropout(const T* x, T* y, int rows, int width, const kernels::DropoutKey& key) override {
+    kc::dropout<T>(ctx_, x, y, rows, width, key);
+  }
+  void bias_dropout_residual(T* y, const T* bias, const T* residual, int rows, int width,
+                             const kernels::DropoutKey& key) override {
+    kc::bias_dropout_residual<T>(ctx_, y, bias, residual, rows, width, key);
+  }
   void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n,
-                         int seq, int h) override {
-    kc::embedding_forward<T>(ctx_, tokens, tok, pos, x, n, seq, h);
+                         int seq, int h, int first_word, int words) override {
+    kc::embedding_forward<T>(ctx_, tokens, tok, pos, x, n, seq, h, first_word, words);
   }
   void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n, int seq,
-                          int h) override {
-    kc::embedding_backward<T>(ctx_, tokens, dx, dtok, dpos, n, seq, h);
+                          int h, int first_word, int words) override {
+    kc::embedding_backward<T>(ctx_, tokens, dx, dtok, dpos, n, seq, h, first_word, words);
+  }
+  void lm_head_forward(const T* x, const T* table, T* logits, int n, int h, int rows) override {
+    kc::lm_head_forward<T>(ctx_, x, table, logits, n, h, rows);
+  }
+  void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx, M* d_table, int n,
+                        int h, int rows) override {
+    kc::lm_head_backward<T>(ctx_, x, table, d_logits, dx, d_table, n, h, rows);
   }
   void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd, int n,
                          int h) override {
@@ -115,42 +129,64 @@ class CudaOps final : public Ops<T> {
   void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) override {
     kc::gelu_bias_backward<T>(ctx_, hidden, d, db, rows, width);
   }
-  void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
-                         int h) override {
-    kc::attention_forward<T>(ctx_, qkv, out, probs, batch, seq, heads, h);
+  void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads, int h,
+                         const kernels::DropoutKey& dropout) override {
+    kc::attention_forward<T>(ctx_, qkv, out, probs, batch, seq, heads, h, dropout);
   }
   void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch,
-                          int seq, int heads, int h) override {
-    kc::attention_backward<T>(ctx_, qkv, probs, d_out, d_qkv, batch, seq, heads, h);
+                          int seq, int heads, int h, const kernels::DropoutKey& dropout) override {
+    kc::attention_backward<T>(ctx_, qkv, probs, d_out, d_qkv, batch, seq, heads, h, dropout);
   }
   // cuDNN's fused attention where it runs the shape (bf16, fp16), else the suite's own kernel:
-  // the same choice for a shape in both directions, so the statistics match.
-  typename Ops<T>::FusedAttention fused_attention(int seq, int heads, int h) override {
-    const std::string why = cudnn_.unsupported(dtype_of<T>::value, seq, heads, h);
+  // the same choice for a shape in both directions, so the statistics match. Dropout on the
+  // probabilities is never cuDNN's: its mask comes from its own generator (Philox, seeded per
+  // call), which no other backend, layout or recompute could draw again, and handing it our
+  // mask would take a [batch, heads, seq, seq] tensor, what fused attention is there to avoid.
+  typename Ops<T>::FusedAttention fused_attention(int seq, int heads, int h,
+                                                  bool dropout) override {
+    const std::string why =
+        dropout ? "dropout on the attention probabilities: cuDNN would draw its own mask, not the "
+                  "suite's counter-based one"
+                : cudnn_.unsupported(dtype_of<T>::value, seq, heads, h);
     if (why.empty()) return {"cudnn", true, ""};
     return {"flash", false, why};  // the materialised attention (cuBLAS) is faster than ours
   }
-  void flash_attention_forward(const T* qkv, T* out, M* lse, int batch, int seq, int heads,
-                               int h) override {
-    if (use_cudnn(seq, heads, h))
+  void flash_attention_forward(const T* qkv, T* out, M* lse, int batch, int seq, int heads, int h,
+                               const kernels::DropoutKey& dropout) override {
+    if (!dropout.active() && use_cudnn(seq, heads, h))
       cudnn_.forward(dtype_of<T>::value, qkv, out, lse, batch, seq, heads, h);
     else
-      kc::flash_attention_forward<T>(ctx_, qkv, out, lse, batch, seq, heads, h);
+      kc::flash_attention_forward<T>(ctx_, qkv, out, lse, batch, seq, heads, h, dropout);
   }
   void flash_attention_backward(const T* qkv, const T* out, const M* lse, const T* d_out, T* d_qkv,
-                                int batch, int seq, int heads, int h) override {
-    if (use_cudnn(seq, heads, h))
+                                int batch, int seq, int heads, int h,
+                                const kernels::DropoutKey& dropout) override {
+    if (!dropout.active() && use_cudnn(seq, heads, h))
       cudnn_.backward(dtype_of<T>::value, qkv, out, lse, d_out, d_qkv, batch, seq, heads, h);
     else
-      kc::flash_attention_backward<T>(ctx_, qkv, out, lse, d_out, d_qkv, batch, seq, heads, h);
+      kc::flash_attention_backward<T>(ctx_, qkv, out, lse, d_out, d_qkv, batch, seq, heads, h,
+                                      dropout);
   }
   double cross_entropy_loss(const T* logits, const std::int32_t* targets, M* log_sum, int n,
                             int vocab) override {
     return kc::cross_entropy_loss<T>(ctx_, logits, targets, log_sum, n, vocab);
   }
   void cross_entropy_backward(const T* logits, const std::int32_t* targets, const M* log_sum,
-                              T* d_logits, int n, int vocab, M scale) override {
-    kc::cross_entropy_backward<T>(ctx_, logits, targets, log_sum, d_logits, n, vocab, scale);
+                              T* d_logits, int n, int vocab, M scale, int first_word,
+                              int words) override {
+    kc::cross_entropy_backward<T>(ctx_, logits, targets, log_sum, d_logits, n, vocab, scale,
+                                  first_word, words);
+  }
+  void cross_entropy_max(const T* logits, M* row_max, int n, int cols, int words) override {
+    kc::cross_entropy_max<T>(ctx_, logits, row_max, n, cols, words);
+  }
+  void cross_entropy_partials(const T* logits, const std::int32_t* targets, const M* row_max,
+                              M* partials, int n, int cols, int first_word, int words) override {
+    kc::cross_entropy_partials<T>(ctx_, logits, targets, row_max, partials, n, cols, first_word,
+                                  words);
+  }
+  double cross_entropy_finish(const M* row_max, const M* partials, M* log_sum, int n) override {
+    return kc::cross_entropy_finish(ctx_, row_max, partials, log_sum, n);
   }
 
   void route(const M* logits, int tokens, const routing::GateConfig& config,

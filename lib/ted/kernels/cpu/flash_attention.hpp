@@ -20,6 +20,7 @@
 #include "ted/core/parallel.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 #include "ted/kernels/cpu/vector_math.hpp"
+#include "ted/kernels/elementwise.hpp"
 
 namespace ted::kernels::cpu {
 namespace flash {
@@ -45,13 +46,26 @@ void for_each_head(int batch, int heads, F&& body) {
       1);
 }
 
+// Row r's keys [j0, j0 + n) of sequence b, head `head` times their dropout factors (the mask
+// of layers.hpp's attention_forward).
+template <typename T>
+void drop_row(T* row, int n, int b, int i, int j0, int head, int seq, const DropoutKey& key) {
+  const std::uint64_t row_key = key.row_key(static_cast<std::int64_t>(b) * seq + i);
+  const std::uint32_t threshold = key.threshold();
+  const T scale = key.scale<T>();
+  for (int c = 0; c < n; ++c)
+    row[c] *= dropout_factor(row_key, key.attention_feature(head, seq, j0 + c), threshold, scale);
+}
+
 }  // namespace flash
 
 // out [batch*seq, h]; lse [batch, heads, seq]: each row's log-sum-exp of its scaled scores.
 // `tile`: the tile size, 0 for tile_for(d) (the tests pick small ones to cross tile edges).
+// With `dropout` active, out = dropout(P) V with the materialised attention's mask; the
+// softmax's sums (and lse) are those of the undropped P.
 template <typename T>
 void flash_attention_forward(const T* qkv, T* out, T* lse, int batch, int seq, int heads, int h,
-                             int tile = 0) {
+                             const DropoutKey& dropout = {}, int tile = 0) {
   const int d = h / heads, ld = 3 * h;
   if (tile <= 0) tile = flash::tile_for(d);
   const T scale = T(1) / std::sqrt(T(d));
@@ -89,6 +103,7 @@ void flash_attention_forward(const T* qkv, T* out, T* lse, int batch, int seq, i
           m[r] = m_new;
           if (correction != T(1))
             scale_row(acc.data() + static_cast<std::size_t>(r) * d, d, correction);
+          if (dropout.active()) flash::drop_row(row, seen, b, i0 + r, j0, head, seq, dropout);
         }
         gemm(false, false, rows, d, cols, T(1), s.data(), tile,
              v + static_cast<std::int64_t>(j0) * ld, ld, T(1), acc.data(), d);
@@ -104,10 +119,13 @@ void flash_attention_forward(const T* qkv, T* out, T* lse, int batch, int seq, i
   });
 }
 
-// d_qkv is overwritten. out and lse are the forward's; d_out [batch*seq, h].
+// d_qkv is overwritten. out and lse are the forward's; d_out [batch*seq, h]. delta_i =
+// rowsum(dO_i * O_i) stays the softmax backward's row term under dropout: O = dropout(P) V, so it
+// is sum_j P_ij (mask * dP')_ij.
 template <typename T>
 void flash_attention_backward(const T* qkv, const T* out, const T* lse, const T* d_out, T* d_qkv,
-                              int batch, int seq, int heads, int h, int tile = 0) {
+                              int batch, int seq, int heads, int h, const DropoutKey& dropout = {},
+                              int tile = 0) {
   const int d = h / heads, ld = 3 * h;
   if (tile <= 0) tile = flash::tile_for(d);
   const T scale = T(1) / std::sqrt(T(d));
@@ -154,16 +172,19 @@ void flash_attention_backward(const T* qkv, const T* out, const T* lse, const T*
           exp_shift_sum(row, seen, stats[i0 + r]);
           std::fill(row + seen, row + cols, T(0));
         }
-        // dV_j += P^T dO_i; dP = dO_i V_j^T.
-        gemm(true, false, cols, d, rows, T(1), p.data(), tile, gi, h, T(1),
-             dv + static_cast<std::int64_t>(j0) * ld, ld);
+        // dP = dO_i V_j^T; with dropout, back through the mask (dP = mask * dP').
         gemm(false, true, rows, cols, d, T(1), gi, h, vj, ld, T(0), dp.data(), tile);
         // dS = P * (dP - delta) * scale (0 where masked: P is 0 there).
         for (int r = 0; r < rows; ++r) {
-          const T* prow = p.data() + static_cast<std::size_t>(r) * tile;
+          T* prow = p.data() + static_cast<std::size_t>(r) * tile;
           T* drow = dp.data() + static_cast<std::size_t>(r) * tile;
+          if (dropout.active()) flash::drop_row(drow, cols, b, i0 + r, j0, head, seq, dropout);
           softmax_grad_row(prow, drow, cols, delta[i0 + r], scale);
+          if (dropout.active()) flash::drop_row(prow, cols, b, i0 + r, j0, head, seq, dropout);
         }
+        // dV_j += P^T dO_i (the dropped P with dropout).
+        gemm(true, false, cols, d, rows, T(1), p.data(), tile, gi, h, T(1),
+             dv + static_cast<std::int64_t>(j0) * ld, ld);
         // dQ_i += dS K_j; dK_j += dS^T Q_i.
         gemm(false, false, rows, d, cols, T(1), dp.data(), tile, kj, ld, T(1),
              dq + static_cast<std::int64_t>(i0) * ld, ld);

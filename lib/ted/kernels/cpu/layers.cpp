@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -263,7 +264,62 @@ void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int wid
 }
 
 template <typename T>
-void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads, int h) {
+void dropout(const T* x, T* y, int rows, int width, const DropoutKey& key) {
+  const std::uint32_t threshold = key.threshold();
+  const T scale = key.scale<T>();
+  parallel_for(
+      rows,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t i = first; i < last; ++i) {
+          const std::uint64_t row = key.row_key(i);
+          for (int j = 0; j < width; ++j)
+            y[i * width + j] = x[i * width + j] * dropout_factor(row, j, threshold, scale);
+        }
+      },
+      kRowGrain);
+}
+
+template <typename T>
+void bias_dropout_residual(T* y, const T* bias, const T* residual, int rows, int width,
+                           const DropoutKey& key) {
+  const bool active = key.active();
+  const std::uint32_t threshold = key.threshold();
+  const T scale = key.scale<T>();
+  parallel_for(
+      rows,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t i = first; i < last; ++i) {
+          T* row = y + i * width;
+          const T* res = residual + i * width;
+          const std::uint64_t row_key = active ? key.row_key(i) : 0;
+          for (int j = 0; j < width; ++j) {
+            T v = bias ? row[j] + bias[j] : row[j];
+            if (active) v *= dropout_factor(row_key, j, threshold, scale);
+            row[j] = v + res[j];
+          }
+        }
+      },
+      kRowGrain);
+}
+
+// The probabilities [seq, seq] of sequence b, head `head` with the dropout mask applied, into
+// `to` (causal: the columns past each row's diagonal are 0 and stay 0).
+template <typename T>
+void dropped_probs(const T* p, T* to, int b, int head, int seq, const DropoutKey& key) {
+  const std::uint32_t threshold = key.threshold();
+  const T scale = key.scale<T>();
+  for (int i = 0; i < seq; ++i) {
+    const std::uint64_t row = key.row_key(static_cast<std::int64_t>(b) * seq + i);
+    const T* from = p + static_cast<std::int64_t>(i) * seq;
+    T* out = to + static_cast<std::int64_t>(i) * seq;
+    for (int j = 0; j < seq; ++j)
+      out[j] = from[j] * dropout_factor(row, key.attention_feature(head, seq, j), threshold, scale);
+  }
+}
+
+template <typename T>
+void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads, int h,
+                       const DropoutKey& dropout) {
   const int d = h / heads;
   const int ld = 3 * h;
   const T scale = T(1) / std::sqrt(T(d));
@@ -296,22 +352,31 @@ void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int h
         }
       },
       16);
+  // With dropout, P V takes the dropped probabilities, one head's at a time.
+  std::vector<T> dropped(dropout.active() ? static_cast<std::size_t>(square) : 0);
   for (int b = 0; b < batch; ++b)
     for (int head = 0; head < heads; ++head) {
       const T* v = qkv + static_cast<std::int64_t>(b) * seq * ld + 2 * h + head * d;
       const T* p = probs + (static_cast<std::int64_t>(b) * heads + head) * square;
       T* o = out + static_cast<std::int64_t>(b) * seq * h + head * d;
+      if (dropout.active()) {
+        dropped_probs(p, dropped.data(), b, head, seq, dropout);
+        p = dropped.data();
+      }
       gemm(false, false, seq, d, seq, T(1), p, seq, v, ld, T(0), o, h);
     }
 }
 
 template <typename T>
 void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, int batch, int seq,
-                        int heads, int h) {
+                        int heads, int h, const DropoutKey& dropout) {
   const int d = h / heads;
   const int ld = 3 * h;
   const T scale = T(1) / std::sqrt(T(d));
   std::vector<T> dp(static_cast<std::size_t>(seq) * seq);
+  std::vector<T> dropped(dropout.active() ? dp.size() : 0);
+  const std::uint32_t threshold = dropout.threshold();
+  const T keep_scale = dropout.scale<T>();
   for (int b = 0; b < batch; ++b) {
     const T* base = qkv + static_cast<std::int64_t>(b) * seq * ld;
     T* dbase = d_qkv + static_cast<std::int64_t>(b) * seq * ld;
@@ -324,11 +389,22 @@ void attention_backward(const T* qkv, const T* probs, const T* d_out, T* d_qkv, 
       T* dv = dbase + 2 * h + head * d;
       const T* p = probs + (static_cast<std::int64_t>(b) * heads + head) * seq * seq;
       const T* dout = d_out + static_cast<std::int64_t>(b) * seq * h + head * d;
-      gemm(true, false, seq, d, seq, T(1), p, seq, dout, h, T(0), dv, ld);         // dV = P^T dO
+      const T* pv = p;  // what multiplied V: the dropped probabilities under dropout
+      if (dropout.active()) {
+        dropped_probs(p, dropped.data(), b, head, seq, dropout);
+        pv = dropped.data();
+      }
+      gemm(true, false, seq, d, seq, T(1), pv, seq, dout, h, T(0), dv, ld);        // dV = P^T dO
       gemm(false, true, seq, seq, d, T(1), dout, h, v, ld, T(0), dp.data(), seq);  // dP = dO V^T
       for (int i = 0; i < seq; ++i) {  // dS = P * (dP - rowsum(dP * P)), times the scale
         const T* prow = p + static_cast<std::int64_t>(i) * seq;
         T* drow = dp.data() + static_cast<std::int64_t>(i) * seq;
+        if (dropout.active()) {  // back through the mask first: dP = mask * dP'
+          const std::uint64_t row = dropout.row_key(static_cast<std::int64_t>(b) * seq + i);
+          for (int j = 0; j <= i; ++j)
+            drow[j] *=
+                dropout_factor(row, dropout.attention_feature(head, seq, j), threshold, keep_scale);
+        }
         T dot = 0;
         for (int j = 0; j <= i; ++j) dot += drow[j] * prow[j];
         for (int j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - dot) * scale;
@@ -364,8 +440,9 @@ T cross_entropy_loss(const T* logits, const std::int32_t* targets, T* log_sum, i
 
 template <typename T>
 void cross_entropy_backward(const T* logits, const std::int32_t* targets, const T* log_sum,
-                            T* d_logits, int n, int vocab, T scale) {
+                            T* d_logits, int n, int vocab, T scale, int first_word, int words) {
   const T factor = T(1) / n;
+  if (words < 0) words = vocab;
   parallel_for(
       n,
       [&](std::int64_t first, std::int64_t last) {
@@ -373,58 +450,131 @@ void cross_entropy_backward(const T* logits, const std::int32_t* targets, const 
           const T* row = logits + i * vocab;
           T* drow = d_logits + i * vocab;
           // In place is fine: element j is read before it is written.
-          for (int j = 0; j < vocab; ++j) drow[j] = std::exp(row[j] - log_sum[i]) * factor;
-          drow[targets[i]] -= factor;
-          for (int j = 0; j < vocab; ++j) drow[j] *= scale;
+          for (int j = 0; j < words; ++j) drow[j] = std::exp(row[j] - log_sum[i]) * factor;
+          for (int j = words; j < vocab; ++j) drow[j] = 0;  // padding
+          const int target = targets[i] - first_word;
+          if (target >= 0 && target < words) drow[target] -= factor;
+          for (int j = 0; j < words; ++j) drow[j] *= scale;
         }
       },
       kRowGrain);
 }
 
 template <typename T>
-void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n, int seq,
-                       int h) {
+void cross_entropy_max(const T* logits, T* row_max, int n, int cols, int words) {
+  parallel_for(
+      n,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t i = first; i < last; ++i) {
+          const T* row = logits + i * cols;
+          row_max[i] =
+              words > 0 ? *std::max_element(row, row + words) : -std::numeric_limits<T>::infinity();
+        }
+      },
+      kRowGrain);
+}
+
+template <typename T>
+void cross_entropy_partials(const T* logits, const std::int32_t* targets, const T* row_max,
+                            T* partials, int n, int cols, int first_word, int words) {
+  parallel_for(
+      n,
+      [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t i = first; i < last; ++i) {
+          const T* row = logits + i * cols;
+          T sum = 0;
+          for (int j = 0; j < words; ++j) sum += std::exp(row[j] - row_max[i]);
+          partials[i] = sum;
+          const int target = targets[i] - first_word;
+          partials[n + i] = target >= 0 && target < words ? row[target] : T(0);
+        }
+      },
+      kRowGrain);
+}
+
+// The mean as cross_entropy_loss takes it: the rows' losses added in row order in double.
+template <typename T>
+T cross_entropy_finish(const T* row_max, const T* partials, T* log_sum, int n) {
+  double total = 0;
   for (int i = 0; i < n; ++i) {
-    const T* t = tok + static_cast<std::int64_t>(tokens[i]) * h;
-    const T* p = pos + static_cast<std::int64_t>(i % seq) * h;
+    log_sum[i] = std::log(partials[i]) + row_max[i];
+    total += static_cast<double>(log_sum[i] - partials[n + i]);
+  }
+  return static_cast<T>(total / n);
+}
+
+template <typename T>
+void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n, int seq,
+                       int h, int first_word, int words) {
+  for (int i = 0; i < n; ++i) {
+    const int row = tokens[i] - first_word;
+    const bool here = row >= 0 && (words < 0 || row < words);
+    const T* t = tok + static_cast<std::int64_t>(row) * h;
+    const T* p = pos ? pos + static_cast<std::int64_t>(i % seq) * h : nullptr;
     T* out = x + static_cast<std::int64_t>(i) * h;
-    for (int j = 0; j < h; ++j) out[j] = t[j] + p[j];
+    for (int j = 0; j < h; ++j) out[j] = (here ? t[j] : T(0)) + (p ? p[j] : T(0));
   }
 }
 
 template <typename T>
 void embedding_backward(const std::int32_t* tokens, const T* dx, T* dtok, T* dpos, int n, int seq,
-                        int h) {
+                        int h, int first_word, int words) {
   for (int i = 0; i < n; ++i) {
+    const int row = tokens[i] - first_word;
+    const bool here = row >= 0 && (words < 0 || row < words);
     const T* g = dx + static_cast<std::int64_t>(i) * h;
-    T* t = dtok + static_cast<std::int64_t>(tokens[i]) * h;
-    T* p = dpos + static_cast<std::int64_t>(i % seq) * h;
+    T* t = dtok + static_cast<std::int64_t>(row) * h;
+    T* p = dpos ? dpos + static_cast<std::int64_t>(i % seq) * h : nullptr;
     for (int j = 0; j < h; ++j) {
-      t[j] += g[j];
-      p[j] += g[j];
+      if (here) t[j] += g[j];
+      if (p) p[j] += g[j];
     }
   }
 }
 
-#define TED_INSTANTIATE_LAYERS(T)                                                                 \
-  template void linear_forward<T>(const T*, const T*, const T*, T*, int, int, int);               \
-  template void linear_backward<T>(const T*, const T*, const T*, T*, T*, T*, int, int, int);      \
-  template void layernorm_forward<T>(const T*, const T*, const T*, T*, T*, T*, int, int);         \
-  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*,   \
-                                      T*, int, int);                                              \
-  template void gelu_forward<T>(const T*, T*, std::int64_t);                                      \
-  template void gelu_backward<T>(const T*, const T*, T*, std::int64_t);                           \
-  template void bias_gelu_forward<T>(T*, const T*, T*, int, int);                                 \
-  template void add_column_sums<T>(const T*, T*, int, int);                                       \
-  template void gelu_bias_backward<T>(const T*, T*, T*, int, int);                                \
-  template void add_bias_residual<T>(T*, const T*, const T*, int, int);                           \
-  template void attention_forward<T>(const T*, T*, T*, int, int, int, int);                       \
-  template void attention_backward<T>(const T*, const T*, const T*, T*, int, int, int, int);      \
-  template T cross_entropy_loss<T>(const T*, const std::int32_t*, T*, int, int);                  \
-  template void cross_entropy_backward<T>(const T*, const std::int32_t*, const T*, T*, int, int,  \
-                                          T);                                                     \
-  template void embedding_forward<T>(const std::int32_t*, const T*, const T*, T*, int, int, int); \
-  template void embedding_backward<T>(const std::int32_t*, const T*, T*, T*, int, int, int);
+template <typename T>
+void lm_head_forward(const T* x, const T* table, T* logits, int n, int h, int rows) {
+  if (n > 0 && rows > 0) gemm(false, true, n, rows, h, T(1), x, h, table, h, T(0), logits, rows);
+}
+
+template <typename T>
+void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx, T* d_table, int n,
+                      int h, int rows) {
+  if (n <= 0 || rows <= 0) return;
+  if (dx) gemm(false, false, n, h, rows, T(1), d_logits, rows, table, h, T(1), dx, h);
+  gemm(true, false, rows, h, n, T(1), d_logits, rows, x, h, T(1), d_table, h);
+}
+
+#define TED_INSTANTIATE_LAYERS(T)                                                                \
+  template void linear_forward<T>(const T*, const T*, const T*, T*, int, int, int);              \
+  template void linear_backward<T>(const T*, const T*, const T*, T*, T*, T*, int, int, int);     \
+  template void layernorm_forward<T>(const T*, const T*, const T*, T*, T*, T*, int, int);        \
+  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*,  \
+                                      T*, int, int);                                             \
+  template void gelu_forward<T>(const T*, T*, std::int64_t);                                     \
+  template void gelu_backward<T>(const T*, const T*, T*, std::int64_t);                          \
+  template void bias_gelu_forward<T>(T*, const T*, T*, int, int);                                \
+  template void add_column_sums<T>(const T*, T*, int, int);                                      \
+  template void gelu_bias_backward<T>(const T*, T*, T*, int, int);                               \
+  template void add_bias_residual<T>(T*, const T*, const T*, int, int);                          \
+  template void dropout<T>(const T*, T*, int, int, const DropoutKey&);                           \
+  template void bias_dropout_residual<T>(T*, const T*, const T*, int, int, const DropoutKey&);   \
+  template void attention_forward<T>(const T*, T*, T*, int, int, int, int, const DropoutKey&);   \
+  template void attention_backward<T>(const T*, const T*, const T*, T*, int, int, int, int,      \
+                                      const DropoutKey&);                                        \
+  template T cross_entropy_loss<T>(const T*, const std::int32_t*, T*, int, int);                 \
+  template void cross_entropy_backward<T>(const T*, const std::int32_t*, const T*, T*, int, int, \
+                                          T, int, int);                                          \
+  template void cross_entropy_max<T>(const T*, T*, int, int, int);                               \
+  template void cross_entropy_partials<T>(const T*, const std::int32_t*, const T*, T*, int, int, \
+                                          int, int);                                             \
+  template T cross_entropy_finish<T>(const T*, const T*, T*, int);                               \
+  template void embedding_forward<T>(const std::int32_t*, const T*, const T*, T*, int, int, int, \
+                                     int, int);                                                  \
+  template void embedding_backward<T>(const std::int32_t*, const T*, T*, T*, int, int, int, int, \
+                                      int);                                                      \
+  template void lm_head_forward<T>(const T*, const T*, T*, int, int, int);                       \
+  template void lm_head_backward<T>(const T*, const T*, const T*, T*, T*, int, int, int);
 
 TED_INSTANTIATE_LAYERS(float)
 TED_INSTANTIATE_LAYERS(double)

@@ -8,12 +8,16 @@
 //             its keys, accumulating dK and dV in shared memory and adding dQ into an fp32
 //             buffer with atomics (so dQ's sums run in no fixed order).
 // Sequence x head is the grid's x (up to 2^31 - 1 blocks), the tile its y (at most 65535).
+// Dropout on the probabilities (DropoutKey, kernels/elementwise.hpp) multiplies each P by its
+// mask where P meets V (the forward's accumulator, the backward's dV) and takes dP back through
+// it, the softmax's sums and lse staying those of the undropped P, as the CPU kernel does.
 // Included by layers.cu only.
 #pragma once
 
 #include <cmath>
 
 #include "ted/kernels/cuda/common.cuh"
+#include "ted/kernels/elementwise.hpp"
 
 namespace ted::kernels::cuda {
 namespace flash {
@@ -40,7 +44,7 @@ int pick_tile(int d, Bytes bytes) {
 
 template <typename T>
 __global__ void forward_kernel(const T* qkv, T* out, float* lse, int seq, int heads, int h,
-                               int tile, float scale) {
+                               int tile, float scale, DropoutKey dropout) {
   float* shared = dynamic_shared<float>();
   const int d = h / heads, ld = 3 * h, dp = d + 1, sp = tile + 1;
   const int b = blockIdx.x / heads, head = blockIdx.x % heads;
@@ -88,10 +92,15 @@ __global__ void forward_kernel(const T* qkv, T* out, float* lse, int seq, int he
       float mx = -INFINITY;
       for (int c = lane; c < seen; c += 32) mx = fmaxf(mx, s[r * sp + c]);
       const float m_new = fmaxf(m[r], warp_max(mx));
+      const std::uint64_t row =
+          dropout.active() ? dropout.row_key(static_cast<std::int64_t>(b) * seq + i0 + r) : 0;
       float sum = 0.0f;
       for (int c = lane; c < tile; c += 32) {
         const float p = c < seen ? expf(s[r * sp + c] - m_new) : 0.0f;
-        s[r * sp + c] = p;
+        s[r * sp + c] = dropout.active() && c < seen
+                            ? p * dropout_factor(row, dropout.attention_feature(head, seq, j0 + c),
+                                                 dropout.threshold(), dropout.scale<float>())
+                            : p;
         sum += p;
       }
       sum = warp_sum(sum);
@@ -140,7 +149,7 @@ __global__ void delta_kernel(const T* out, const T* d_out, float* delta, int bat
 template <typename T>
 __global__ void backward_kernel(const T* qkv, const float* lse, const float* delta, const T* d_out,
                                 T* d_qkv, float* dq, int seq, int heads, int h, int tile,
-                                float scale) {
+                                float scale, DropoutKey dropout) {
   float* shared = dynamic_shared<float>();
   const int d = h / heads, ld = 3 * h, dp = d + 1, sp = tile + 1;
   const int b = blockIdx.x / heads, head = blockIdx.x % heads;
@@ -180,7 +189,8 @@ __global__ void backward_kernel(const T* qkv, const float* lse, const float* del
       row_delta[r] = r < rows ? deltas[i0 + r] : 0.0f;
     }
     __syncthreads();
-    // P = exp(scale q.k - lse) where key <= query (else 0); dS = P (dO.v - delta) scale.
+    // P = exp(scale q.k - lse) where key <= query (else 0); dS = P (dO.v - delta) scale. With
+    // dropout: dS = P (mask dO.v - delta) scale, and P keeps the mask for dV.
     for (int e = threadIdx.x; e < tile * tile; e += blockDim.x) {
       const int r = e / tile, c = e % tile;
       float prob = 0.0f, grad = 0.0f;
@@ -191,7 +201,13 @@ __global__ void backward_kernel(const T* qkv, const float* lse, const float* del
           dprob += dos[r * dp + k] * vs[c * dp + k];
         }
         prob = expf(dot * scale - row_lse[r]);
-        grad = prob * (dprob - row_delta[r]) * scale;
+        float mask = 1.0f;
+        if (dropout.active())
+          mask = dropout_factor(dropout.row_key(static_cast<std::int64_t>(b) * seq + i0 + r),
+                                dropout.attention_feature(head, seq, j0 + c), dropout.threshold(),
+                                dropout.scale<float>());
+        grad = prob * (mask * dprob - row_delta[r]) * scale;
+        prob *= mask;
       }
       p[r * sp + c] = prob;
       ds[r * sp + c] = grad;
@@ -257,7 +273,7 @@ void allow_shared(Kernel kernel, std::size_t bytes) {
 
 template <typename T>
 void flash_attention_forward(Context& ctx, const T* qkv, T* out, float* lse, int batch, int seq,
-                             int heads, int h) {
+                             int heads, int h, const DropoutKey& dropout) {
   if (batch == 0 || seq == 0) return;
   const int d = h / heads;
   const int tile = flash::pick_tile(d, flash::forward_shared);
@@ -265,12 +281,14 @@ void flash_attention_forward(Context& ctx, const T* qkv, T* out, float* lse, int
   flash::allow_shared(flash::forward_kernel<T>, bytes);
   const dim3 grid = flash::grid_of(batch, heads, seq, tile);
   launch<flash::forward_kernel<T>>(grid, flash::kThreads, bytes, stream(ctx), qkv, out, lse, seq,
-                                   heads, h, tile, 1.0f / std::sqrt(static_cast<float>(d)));
+                                   heads, h, tile, 1.0f / std::sqrt(static_cast<float>(d)),
+                                   dropout);
 }
 
 template <typename T>
 void flash_attention_backward(Context& ctx, const T* qkv, const T* out, const float* lse,
-                              const T* d_out, T* d_qkv, int batch, int seq, int heads, int h) {
+                              const T* d_out, T* d_qkv, int batch, int seq, int heads, int h,
+                              const DropoutKey& dropout) {
   if (batch == 0 || seq == 0) return;
   const int d = h / heads;
   const std::size_t rows = static_cast<std::size_t>(batch) * seq;
@@ -287,7 +305,7 @@ void flash_attention_backward(Context& ctx, const T* qkv, const T* out, const fl
   const dim3 grid = flash::grid_of(batch, heads, seq, tile);
   launch<flash::backward_kernel<T>>(grid, flash::kThreads, bytes, stream(ctx), qkv, lse,
                                     delta.data(), d_out, d_qkv, dq.data(), seq, heads, h, tile,
-                                    1.0f / std::sqrt(static_cast<float>(d)));
+                                    1.0f / std::sqrt(static_cast<float>(d)), dropout);
   launch<flash::write_dq_kernel<T>>(blocks_for(rows * h), kThreads, 0, stream(ctx), dq.data(),
                                     d_qkv, rows, h);
 }

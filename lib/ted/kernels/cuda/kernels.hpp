@@ -22,6 +22,7 @@
 #include "ted/core/slice_map.hpp"
 #include "ted/device/tensor.hpp"
 #include "ted/kernels/adamw.hpp"
+#include "ted/kernels/elementwise.hpp"
 #include "ted/routing/gating.hpp"
 
 namespace ted::kernels::cuda {
@@ -160,38 +161,72 @@ void gelu_bias_backward(Context& ctx, const T* hidden, T* d, float* db, int rows
 // y = (y + bias) + residual.
 template <typename T>
 void add_bias_residual(Context& ctx, T* y, const T* bias, const T* residual, int rows, int width);
+// Dropout with the counter-based mask of kernels/elementwise.hpp (y may be x); and
+// y = residual + dropout(y + bias) (bias may be null), in fp32, rounded once.
+template <typename T>
+void dropout(Context& ctx, const T* x, T* y, int rows, int width, const DropoutKey& key);
+template <typename T>
+void bias_dropout_residual(Context& ctx, T* y, const T* bias, const T* residual, int rows,
+                           int width, const DropoutKey& key);
+// With `dropout` active, P V takes the dropped probabilities (a scratch of heads x seq x seq
+// from the context's device); probs stay undropped.
 template <typename T>
 void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, int seq, int heads,
-                       int h);
-// d_qkv overwritten; its scratch (heads x seq x seq) comes from the context's device.
+                       int h, const DropoutKey& dropout);
+// d_qkv overwritten; its scratch (heads x seq x seq, twice with dropout) comes from the
+// context's device.
 template <typename T>
 void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_out, T* d_qkv,
-                        int batch, int seq, int heads, int h);
+                        int batch, int seq, int heads, int h, const DropoutKey& dropout);
 // Fused causal attention (FlashAttention-2, kernels/cuda/flash_attention.cuh): one block per
 // (sequence, head, query tile), key and value tiles in shared memory, an online softmax; lse
-// [batch, heads, seq] keeps each row's log-sum-exp for the backward.
+// [batch, heads, seq] keeps each row's log-sum-exp for the backward. Dropout as the
+// materialised attention's, the mask drawn where P meets V.
 template <typename T>
 void flash_attention_forward(Context& ctx, const T* qkv, T* out, float* lse, int batch, int seq,
-                             int heads, int h);
+                             int heads, int h, const DropoutKey& dropout);
 // d_qkv overwritten. Recomputes the scores tile by tile; its scratch (each row's dO . O and an
 // fp32 dQ accumulator) comes from the context's device.
 template <typename T>
 void flash_attention_backward(Context& ctx, const T* qkv, const T* out, const float* lse,
-                              const T* d_out, T* d_qkv, int batch, int seq, int heads, int h);
+                              const T* d_out, T* d_qkv, int batch, int seq, int heads, int h,
+                              const DropoutKey& dropout);
 // Keeps each row's log-sum-exp in log_sum [n] for the backward.
 template <typename T>
 double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* targets,
                           float* log_sum, int n, int vocab);
-// d_logits = ((softmax - onehot) / n) * scale, rounded once; may alias logits.
+// d_logits = ((softmax - onehot) / n) * scale, rounded once; may alias logits. The first
+// `words` columns hold the words first_word and on; the rest (padding) get 0.
 template <typename T>
 void cross_entropy_backward(Context& ctx, const T* logits, const std::int32_t* targets,
-                            const float* log_sum, T* d_logits, int n, int vocab, float scale);
+                            const float* log_sum, T* d_logits, int n, int vocab, float scale,
+                            int first_word, int words);
+// The vocabulary-parallel cross-entropy's steps (backend/ops.hpp): each row's max over its
+// words; each row's sum of exp(logit - max) and target logit (partials [2n]); then log_sum and
+// the mean loss (waits for it).
+template <typename T>
+void cross_entropy_max(Context& ctx, const T* logits, float* row_max, int n, int cols, int words);
+template <typename T>
+void cross_entropy_partials(Context& ctx, const T* logits, const std::int32_t* targets,
+                            const float* row_max, float* partials, int n, int cols, int first_word,
+                            int words);
+double cross_entropy_finish(Context& ctx, const float* row_max, const float* partials,
+                            float* log_sum, int n);
+// tok holds the words first_word .. first_word + words - 1 (a token outside: a zero row, no
+// gradient); pos, dpos may be null.
 template <typename T>
 void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, const T* pos, T* x,
-                       int n, int seq, int h);
+                       int n, int seq, int h, int first_word, int words);
 template <typename T>
 void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, float* dtok,
-                        float* dpos, int n, int seq, int h);
+                        float* dpos, int n, int seq, int h, int first_word, int words);
+// The output layer on its tied embedding table [rows, h]: logits = x table^T; backward
+// dx += d_logits table (if dx), d_table += d_logits^T x (fp32).
+template <typename T>
+void lm_head_forward(Context& ctx, const T* x, const T* table, T* logits, int n, int h, int rows);
+template <typename T>
+void lm_head_backward(Context& ctx, const T* x, const T* table, const T* d_logits, T* dx,
+                      float* d_table, int n, int h, int rows);
 
 // ---- MoE: routing, token permutation, experts ------------------------------------------------
 // One gating group's routing into `out` (routing/gating.hpp), allocated on the context's device.

@@ -285,6 +285,51 @@ __global__ void add_bias_residual_kernel(T* y, const T* bias, const T* residual,
   y[i] = store<T>((load(y[i]) + load(bias[i % width])) + load(residual[i]));
 }
 
+// Dropout (kernels/elementwise.hpp): y = x * the mask of (token row, column).
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* y, std::size_t count, int width, DropoutKey key) {
+  const std::uint32_t threshold = key.threshold();
+  const float scale = key.scale<float>();
+  TED_GRID_STRIDE(i, count) {
+    const std::uint64_t row = key.row_key(static_cast<std::int64_t>(i / width));
+    y[i] = store<T>(load(x[i]) * dropout_factor(row, i % width, threshold, scale));
+  }
+}
+
+// y = residual + dropout(y + bias), in the CPU's order: ((y + bias) * mask) + residual.
+template <typename T>
+__global__ void bias_dropout_residual_kernel(T* y, const T* bias, const T* residual,
+                                             std::size_t count, int width, DropoutKey key) {
+  const bool active = key.active();
+  const std::uint32_t threshold = key.threshold();
+  const float scale = key.scale<float>();
+  TED_GRID_STRIDE(i, count) {
+    const std::size_t col = i % width;
+    float v = load(y[i]);
+    if (bias) v += load(bias[col]);
+    if (active)
+      v *= dropout_factor(key.row_key(static_cast<std::int64_t>(i / width)), col, threshold, scale);
+    y[i] = store<T>(v + load(residual[i]));
+  }
+}
+
+// out = probs of sequence b ([heads, seq, seq]) times their dropout mask: what multiplies V.
+template <typename T>
+__global__ void dropout_probs_kernel(const T* probs, T* out, int seq, int heads, int b,
+                                     DropoutKey key) {
+  const std::uint32_t threshold = key.threshold();
+  const float scale = key.scale<float>();
+  const std::size_t square = static_cast<std::size_t>(seq) * seq;
+  const std::size_t count = square * heads;
+  TED_GRID_STRIDE(e, count) {
+    const int head = static_cast<int>(e / square);
+    const int i = static_cast<int>((e / seq) % seq), j = static_cast<int>(e % seq);
+    const std::uint64_t row = key.row_key(static_cast<std::int64_t>(b) * seq + i);
+    out[e] = store<T>(load(probs[e]) *
+                      dropout_factor(row, key.attention_feature(head, seq, j), threshold, scale));
+  }
+}
+
 // One block per score row r of [batch*heads*seq, seq]: row i of its head sees columns 0..i.
 template <typename T>
 __global__ void causal_softmax_kernel(T* probs, int seq) {
@@ -302,19 +347,32 @@ __global__ void causal_softmax_kernel(T* probs, int seq) {
     row[j] = store<T>(j <= i ? expf(load(row[j]) - max) * inv : 0.0f);
 }
 
-// dS = P * (dP - rowsum(dP * P)) * scale on the causal part, 0 above it; in place on dP.
+// dS = P * (dP - rowsum(dP * P)) * scale on the causal part, 0 above it; in place on dP. One
+// block per row r = head * seq + i of sequence b; with dropout, dP is first taken back through
+// the mask (dP = mask * dP').
 template <typename T>
-__global__ void softmax_backward_kernel(const T* probs, T* dp, int seq, float scale) {
+__global__ void softmax_backward_kernel(const T* probs, T* dp, int seq, float scale, int b,
+                                        DropoutKey key) {
   __shared__ float shared[32];
   const std::size_t r = blockIdx.x;
-  const int i = static_cast<int>(r % seq);
+  const int i = static_cast<int>(r % seq), head = static_cast<int>(r / seq);
   const T* p = probs + r * seq;
   T* d = dp + r * seq;
+  const bool active = key.active();
+  const std::uint64_t row = active ? key.row_key(static_cast<std::int64_t>(b) * seq + i) : 0;
+  const std::uint32_t threshold = key.threshold();
+  const float keep_scale = key.scale<float>();
+  auto grad = [&](int j) {
+    const float g = load(d[j]);
+    return active
+               ? g * dropout_factor(row, key.attention_feature(head, seq, j), threshold, keep_scale)
+               : g;
+  };
   float dot = 0;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += load(d[j]) * load(p[j]);
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += grad(j) * load(p[j]);
   dot = block_sum(dot, shared);
   for (int j = threadIdx.x; j < seq; j += blockDim.x)
-    d[j] = store<T>(j <= i ? load(p[j]) * (load(d[j]) - dot) * scale : 0.0f);
+    d[j] = store<T>(j <= i ? load(p[j]) * (grad(j) - dot) * scale : 0.0f);
 }
 
 // Row max and log-sum-exp of one row of logits, in fp32 (every thread gets both).
@@ -340,19 +398,65 @@ __global__ void cross_entropy_loss_kernel(const T* logits, const std::int32_t* t
   }
 }
 
-// The CPU's order: (p * factor, minus factor at the target) * scale, rounded once. Element j
-// is read before it is written, so in place is fine.
+// The CPU's order: (p * factor, minus factor at the target) * scale, rounded once; 0 in the
+// padding columns (words and after). Element j is read before it is written, so in place is
+// fine.
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const std::int32_t* targets,
                                               const float* log_sum, T* d_logits, int vocab,
-                                              float factor, float scale) {
+                                              float factor, float scale, int first_word,
+                                              int words) {
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * vocab;
   const float lse = log_sum[blockIdx.x];
-  const int target = targets[blockIdx.x];
+  const int target = targets[blockIdx.x] - first_word;
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    if (j >= words) {
+      d_logits[base + j] = store<T>(0.0f);
+      continue;
+    }
     float g = expf(load(logits[base + j]) - lse) * factor;
     if (j == target) g -= factor;
     d_logits[base + j] = store<T>(g * scale);
+  }
+}
+
+// The vocabulary-parallel cross-entropy's steps, one block per row of logits [n, cols] whose
+// first `words` columns are words (backend/ops.hpp): the row's max; then its sum of
+// exp(logit - the whole vocabulary's max) and its target's logit where it is here.
+template <typename T>
+__global__ void cross_entropy_max_kernel(const T* logits, float* row_max, int cols, int words) {
+  __shared__ float shared[32];
+  const T* row = logits + static_cast<std::size_t>(blockIdx.x) * cols;
+  float max = -INFINITY;
+  for (int j = threadIdx.x; j < words; j += blockDim.x) max = fmaxf(max, load(row[j]));
+  max = block_max(max, shared);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = max;
+}
+
+template <typename T>
+__global__ void cross_entropy_partials_kernel(const T* logits, const std::int32_t* targets,
+                                              const float* row_max, float* partials, int n,
+                                              int cols, int first_word, int words) {
+  __shared__ float shared[32];
+  const T* row = logits + static_cast<std::size_t>(blockIdx.x) * cols;
+  const float max = row_max[blockIdx.x];
+  float sum = 0;
+  for (int j = threadIdx.x; j < words; j += blockDim.x) sum += expf(load(row[j]) - max);
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) {
+    const int target = targets[blockIdx.x] - first_word;
+    partials[blockIdx.x] = sum;
+    partials[n + blockIdx.x] = target >= 0 && target < words ? load(row[target]) : 0.0f;
+  }
+}
+
+// log_sum = max + log(sum) and each row's loss, from the whole vocabulary's statistics.
+__global__ void cross_entropy_finish_kernel(const float* row_max, const float* partials,
+                                            float* log_sum, float* row_loss, int n) {
+  TED_GRID_STRIDE(i, static_cast<std::size_t>(n)) {
+    const float lse = logf(partials[i]) + row_max[i];
+    log_sum[i] = lse;
+    row_loss[i] = lse - partials[n + i];
   }
 }
 
@@ -365,43 +469,58 @@ __global__ void sum_kernel(const float* values, std::size_t count, double* parti
   if (threadIdx.x == 0) partials[blockIdx.x] = part;
 }
 
+// x = tok[token - first_word] (0 for a token outside the table's words) + pos (0 without one).
 template <typename T>
 __global__ void embedding_forward_kernel(const std::int32_t* tokens, const T* tok, const T* pos,
-                                         T* x, int n, int seq, int h) {
+                                         T* x, int n, int seq, int h, int first_word, int words) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
   TED_GRID_STRIDE(i, count) {
     const std::size_t row = i / h, col = i % h;
-    x[i] = store<T>(load(tok[static_cast<std::size_t>(tokens[row]) * h + col]) +
-                    load(pos[(row % seq) * h + col]));
+    const int word = tokens[row] - first_word;
+    const float t =
+        word >= 0 && word < words ? load(tok[static_cast<std::size_t>(word) * h + col]) : 0.0f;
+    x[i] = store<T>(t + (pos ? load(pos[(row % seq) * h + col]) : 0.0f));
   }
 }
 
 // One block per token row, a Pack at a time.
 template <typename T>
 __global__ void embedding_forward_rows_kernel(const std::int32_t* tokens, const T* tok,
-                                              const T* pos, T* x, int seq, int h) {
+                                              const T* pos, T* x, int seq, int h, int first_word,
+                                              int words) {
   constexpr int P = Pack<T>::kSize;
   const std::size_t row = blockIdx.x;
-  const T* t = tok + static_cast<std::size_t>(tokens[row]) * h;
-  const T* p = pos + (row % seq) * h;
+  const int word = tokens[row] - first_word;
+  const T* t = word >= 0 && word < words ? tok + static_cast<std::size_t>(word) * h : nullptr;
+  const T* p = pos ? pos + (row % seq) * h : nullptr;
   T* out = x + row * h;
   for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {
-    const Pack<T> a = load_pack(t + j), b = load_pack(p + j);
+    float a[P] = {}, b[P] = {};
+    if (t) {
+      const Pack<T> v = load_pack(t + j);
+      for (int q = 0; q < P; ++q) a[q] = load(v.v[q]);
+    }
+    if (p) {
+      const Pack<T> v = load_pack(p + j);
+      for (int q = 0; q < P; ++q) b[q] = load(v.v[q]);
+    }
     Pack<T> sum;
-    for (int q = 0; q < P; ++q) sum.v[q] = store<T>(load(a.v[q]) + load(b.v[q]));
+    for (int q = 0; q < P; ++q) sum.v[q] = store<T>(a[q] + b[q]);
     store_pack(out + j, sum);
   }
 }
 
 template <typename T>
 __global__ void embedding_backward_kernel(const std::int32_t* tokens, const T* dx, float* dtok,
-                                          float* dpos, int n, int seq, int h) {
+                                          float* dpos, int n, int seq, int h, int first_word,
+                                          int words) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
   TED_GRID_STRIDE(i, count) {
     const std::size_t row = i / h, col = i % h;
     const float g = load(dx[i]);
-    atomicAdd(dtok + static_cast<std::size_t>(tokens[row]) * h + col, g);
-    atomicAdd(dpos + (row % seq) * h + col, g);
+    const int word = tokens[row] - first_word;
+    if (word >= 0 && word < words) atomicAdd(dtok + static_cast<std::size_t>(word) * h + col, g);
+    if (dpos) atomicAdd(dpos + (row % seq) * h + col, g);
   }
 }
 
@@ -626,11 +745,28 @@ void add_bias_residual(Context& ctx, T* y, const T* bias, const T* residual, int
                                       residual, count, width);
 }
 
+template <typename T>
+void dropout(Context& ctx, const T* x, T* y, int rows, int width, const DropoutKey& key) {
+  const std::size_t count = static_cast<std::size_t>(rows) * width;
+  if (!count) return;
+  launch<dropout_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), x, y, count, width, key);
+}
+
+template <typename T>
+void bias_dropout_residual(Context& ctx, T* y, const T* bias, const T* residual, int rows,
+                           int width, const DropoutKey& key) {
+  const std::size_t count = static_cast<std::size_t>(rows) * width;
+  if (!count) return;
+  launch<bias_dropout_residual_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), y, bias,
+                                          residual, count, width, key);
+}
+
 // Per sequence b, the heads are one strided batch: head j's q, k, v are columns j*d of their
-// third of qkv (stride d), its score matrix is probs' [b, j] (stride seq*seq).
+// third of qkv (stride d), its score matrix is probs' [b, j] (stride seq*seq). With dropout,
+// P V takes the dropped probabilities of sequence b from a scratch of [heads, seq, seq].
 template <typename T>
 void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, int seq, int heads,
-                       int h) {
+                       int h, const DropoutKey& dropout) {
   if (batch == 0) return;
   const int d = h / heads, ld = 3 * h;
   const std::int64_t square = static_cast<std::int64_t>(seq) * seq;
@@ -644,10 +780,16 @@ void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, 
   launch<causal_softmax_kernel<T>>(
       static_cast<unsigned>(static_cast<std::int64_t>(batch) * heads * seq), threads_for(seq), 0,
       stream(ctx), probs, seq);
+  Tensor<T> dropped(ctx.device(), dropout.active() ? static_cast<std::size_t>(heads) * square : 0);
   for (int b = 0; b < batch; ++b) {
     const T* v = qkv + static_cast<std::int64_t>(b) * seq * ld + 2 * h;
     const T* p = probs + static_cast<std::int64_t>(b) * heads * square;
     T* o = out + static_cast<std::int64_t>(b) * seq * h;
+    if (dropout.active()) {
+      launch<dropout_probs_kernel<T>>(blocks_for(dropped.size()), kThreads, 0, stream(ctx), p,
+                                      dropped.data(), seq, heads, b, dropout);
+      p = dropped.data();
+    }
     gemm_batched<T>(ctx, false, false, seq, d, seq, 1.0f, p, seq, square, v, ld, d, 0.0f, o, h, d,
                     heads);
   }
@@ -655,12 +797,13 @@ void attention_forward(Context& ctx, const T* qkv, T* out, T* probs, int batch, 
 
 template <typename T>
 void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_out, T* d_qkv,
-                        int batch, int seq, int heads, int h) {
+                        int batch, int seq, int heads, int h, const DropoutKey& dropout) {
   if (batch == 0) return;
   const int d = h / heads, ld = 3 * h;
   const std::int64_t square = static_cast<std::int64_t>(seq) * seq;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   Tensor<T> scratch(ctx.device(), static_cast<std::size_t>(heads) * square);  // dP, then dS
+  Tensor<T> dropped(ctx.device(), dropout.active() ? static_cast<std::size_t>(heads) * square : 0);
   for (int b = 0; b < batch; ++b) {
     const T* q = qkv + static_cast<std::int64_t>(b) * seq * ld;
     const T* k = q + h;
@@ -670,13 +813,19 @@ void attention_backward(Context& ctx, const T* qkv, const T* probs, const T* d_o
     T* dv = dq + 2 * h;
     const T* p = probs + static_cast<std::int64_t>(b) * heads * square;
     const T* dout = d_out + static_cast<std::int64_t>(b) * seq * h;
+    const T* pv = p;  // what multiplied V: the dropped probabilities under dropout
+    if (dropout.active()) {
+      launch<dropout_probs_kernel<T>>(blocks_for(dropped.size()), kThreads, 0, stream(ctx), p,
+                                      dropped.data(), seq, heads, b, dropout);
+      pv = dropped.data();
+    }
     // dV = P^T dO; dP = dO V^T
-    gemm_batched<T>(ctx, true, false, seq, d, seq, 1.0f, p, seq, square, dout, h, d, 0.0f, dv, ld,
+    gemm_batched<T>(ctx, true, false, seq, d, seq, 1.0f, pv, seq, square, dout, h, d, 0.0f, dv, ld,
                     d, heads);
     gemm_batched<T>(ctx, false, true, seq, seq, d, 1.0f, dout, h, d, v, ld, d, 0.0f, scratch.data(),
                     seq, square, heads);
     launch<softmax_backward_kernel<T>>(static_cast<unsigned>(heads * seq), threads_for(seq), 0,
-                                       stream(ctx), p, scratch.data(), seq, scale);
+                                       stream(ctx), p, scratch.data(), seq, scale, b, dropout);
     // dQ = dS K; dK = dS^T Q
     gemm_batched<T>(ctx, false, false, seq, d, seq, 1.0f, scratch.data(), seq, square, k, ld, d,
                     0.0f, dq, ld, d, heads);
@@ -704,25 +853,73 @@ double cross_entropy_loss(Context& ctx, const T* logits, const std::int32_t* tar
 
 template <typename T>
 void cross_entropy_backward(Context& ctx, const T* logits, const std::int32_t* targets,
-                            const float* log_sum, T* d_logits, int n, int vocab, float scale) {
-  if (n == 0) return;
+                            const float* log_sum, T* d_logits, int n, int vocab, float scale,
+                            int first_word, int words) {
+  if (n == 0 || vocab == 0) return;
   launch<cross_entropy_backward_kernel<T>>(n, threads_for(vocab), 0, stream(ctx), logits, targets,
                                            log_sum, d_logits, vocab, 1.0f / static_cast<float>(n),
-                                           scale);
+                                           scale, first_word, words);
+}
+
+template <typename T>
+void cross_entropy_max(Context& ctx, const T* logits, float* row_max, int n, int cols, int words) {
+  if (n == 0) return;
+  launch<cross_entropy_max_kernel<T>>(n, threads_for(words), 0, stream(ctx), logits, row_max, cols,
+                                      words);
+}
+
+template <typename T>
+void cross_entropy_partials(Context& ctx, const T* logits, const std::int32_t* targets,
+                            const float* row_max, float* partials, int n, int cols, int first_word,
+                            int words) {
+  if (n == 0) return;
+  launch<cross_entropy_partials_kernel<T>>(n, threads_for(words), 0, stream(ctx), logits, targets,
+                                           row_max, partials, n, cols, first_word, words);
+}
+
+// The mean as cross_entropy_loss takes it (per-block partial sums, added in a fixed order).
+double cross_entropy_finish(Context& ctx, const float* row_max, const float* partials,
+                            float* log_sum, int n) {
+  if (n == 0) return 0.0;
+  Tensor<float> row_loss(ctx.device(), static_cast<std::size_t>(n));
+  Tensor<double> total = zeros<double>(ctx.device(), 1);
+  launch<cross_entropy_finish_kernel>(blocks_for(n), kThreads, 0, stream(ctx), row_max, partials,
+                                      log_sum, row_loss.data(), n);
+  const unsigned blocks = partial_blocks(n);
+  Tensor<double> sums(ctx.device(), blocks);
+  launch<sum_kernel>(blocks, kThreads, 0, stream(ctx), row_loss.data(), n, sums.data());
+  add_partials(ctx, sums.data(), blocks, total.data());
+  double host = 0;
+  ctx.device().copy_to_host(&host, total.data(), sizeof host);
+  return static_cast<double>(static_cast<float>(host / n));
 }
 
 template <typename T>
 void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, const T* pos, T* x,
-                       int n, int seq, int h) {
+                       int n, int seq, int h, int first_word, int words) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
   if (!count) return;
   if (packable<T>(h, {tok, pos, x})) {
     launch<embedding_forward_rows_kernel<T>>(n, row_threads(h, Pack<T>::kSize), 0, stream(ctx),
-                                             tokens, tok, pos, x, seq, h);
+                                             tokens, tok, pos, x, seq, h, first_word, words);
     return;
   }
   launch<embedding_forward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), tokens, tok, pos,
-                                      x, n, seq, h);
+                                      x, n, seq, h, first_word, words);
+}
+
+template <typename T>
+void lm_head_forward(Context& ctx, const T* x, const T* table, T* logits, int n, int h, int rows) {
+  if (n == 0 || rows == 0) return;
+  gemm<T>(ctx, false, true, n, rows, h, 1.0f, x, h, table, h, 0.0f, logits, rows);
+}
+
+template <typename T>
+void lm_head_backward(Context& ctx, const T* x, const T* table, const T* d_logits, T* dx,
+                      float* d_table, int n, int h, int rows) {
+  if (n == 0 || rows == 0) return;
+  if (dx) gemm<T>(ctx, false, false, n, h, rows, 1.0f, d_logits, rows, table, h, 1.0f, dx, h);
+  gemm_f32_out<T>(ctx, true, false, rows, h, n, 1.0f, d_logits, rows, x, h, 1.0f, d_table, h);
 }
 
 template <typename T>
@@ -738,11 +935,11 @@ void accumulate(Context& ctx, const float* g, T* grad, std::size_t count) {
 
 template <typename T>
 void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, float* dtok,
-                        float* dpos, int n, int seq, int h) {
+                        float* dpos, int n, int seq, int h, int first_word, int words) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
   if (!count) return;
   launch<embedding_backward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), tokens, dx,
-                                       dtok, dpos, n, seq, h);
+                                       dtok, dpos, n, seq, h, first_word, words);
 }
 
 #define TED_INSTANTIATE_CONVERT(A, B) \
@@ -781,20 +978,31 @@ TED_INSTANTIATE_CONVERT_FROM(BFloat16)
   template void bias_gelu_forward<T>(Context&, T*, const T*, T*, int, int);                       \
   template void gelu_bias_backward<T>(Context&, const T*, T*, float*, int, int);                  \
   template void add_bias_residual<T>(Context&, T*, const T*, const T*, int, int);                 \
-  template void attention_forward<T>(Context&, const T*, T*, T*, int, int, int, int);             \
+  template void dropout<T>(Context&, const T*, T*, int, int, const DropoutKey&);                  \
+  template void bias_dropout_residual<T>(Context&, T*, const T*, const T*, int, int,              \
+                                         const DropoutKey&);                                      \
+  template void attention_forward<T>(Context&, const T*, T*, T*, int, int, int, int,              \
+                                     const DropoutKey&);                                          \
   template void attention_backward<T>(Context&, const T*, const T*, const T*, T*, int, int, int,  \
-                                      int);                                                       \
-  template void flash_attention_forward<T>(Context&, const T*, T*, float*, int, int, int, int);   \
+                                      int, const DropoutKey&);                                    \
+  template void flash_attention_forward<T>(Context&, const T*, T*, float*, int, int, int, int,    \
+                                           const DropoutKey&);                                    \
   template void flash_attention_backward<T>(Context&, const T*, const T*, const float*, const T*, \
-                                            T*, int, int, int, int);                              \
+                                            T*, int, int, int, int, const DropoutKey&);           \
   template double cross_entropy_loss<T>(Context&, const T*, const std::int32_t*, float*, int,     \
                                         int);                                                     \
   template void cross_entropy_backward<T>(Context&, const T*, const std::int32_t*, const float*,  \
-                                          T*, int, int, float);                                   \
+                                          T*, int, int, float, int, int);                         \
+  template void cross_entropy_max<T>(Context&, const T*, float*, int, int, int);                  \
+  template void cross_entropy_partials<T>(Context&, const T*, const std::int32_t*, const float*,  \
+                                          float*, int, int, int, int);                            \
   template void embedding_forward<T>(Context&, const std::int32_t*, const T*, const T*, T*, int,  \
-                                     int, int);                                                   \
+                                     int, int, int, int);                                         \
   template void embedding_backward<T>(Context&, const std::int32_t*, const T*, float*, float*,    \
-                                      int, int, int);
+                                      int, int, int, int, int);                                   \
+  template void lm_head_forward<T>(Context&, const T*, const T*, T*, int, int, int);              \
+  template void lm_head_backward<T>(Context&, const T*, const T*, const T*, T*, float*, int, int, \
+                                    int);
 TED_INSTANTIATE_LAYERS(float)
 TED_INSTANTIATE_LAYERS(Half)
 TED_INSTANTIATE_LAYERS(BFloat16)
