@@ -32,6 +32,8 @@ mutations=(
   "defect: a grid's y limit ignored (column reductions)|lib/ted/kernels/cuda/layers.cu|  return needed > kRowChunk ? needed : kRowChunk;|  return kRowChunk + 0 * needed;|backend [large]"
   "dynamic shared memory: LayerNorm's backward asks for half of what it uses|lib/ted/kernels/cuda/layers.cu|2 * h * sizeof(float), stream(ctx), x, gamma,|h * sizeof(float), stream(ctx), x, gamma,|backend [layernorm]"
   "static __shared__ read before written (block sums add all 32 slots)|lib/ted/kernels/cuda/common.cuh|  for (int w = 0; w < warps; ++w) total += shared[w];|  for (int w = 0; w < 32; ++w) total += shared[w];|backend [layernorm]"
+  "dropout: the fused attention's backward takes dP without the mask|lib/ted/kernels/cuda/flash_attention.cuh|grad = prob * (mask * dprob - row_delta[r]) * scale;|grad = prob * (dprob - row_delta[r]) * scale;|backend [dropout]"
+  "vocabulary-parallel cross-entropy: a gradient in the padding columns|lib/ted/kernels/cuda/layers.cu|    if (j >= words) {|    if (j >= words && false) {|backend [vocab]"
   "lanes exit before a full-mask shuffle (LayerNorm threads without a pack)|lib/ted/kernels/cuda/layers.cu|  float s = 0;\n  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {\n    const Pack<T> p = load_pack(x + base + j);|  float s = 0;\n  if (static_cast<int>(threadIdx.x) * P >= h) return;\n  for (int j = threadIdx.x * P; j < h; j += blockDim.x * P) {\n    const Pack<T> p = load_pack(x + base + j);|backend [layernorm]"
 )
 
@@ -58,7 +60,8 @@ run_test() {  # <backend|comm> <catch filter or comm> [ranks]; the settings of t
 
 echo "== the tests pass on the sources as they are"
 for test in "backend [linear]" "backend [permutation]" "backend [layernorm]" "backend [attention]" \
-  "backend [optimizer]" "backend [experts]" "backend [large]" "comm mpi 2" "comm nccl 2"; do
+  "backend [optimizer]" "backend [experts]" "backend [large]" "backend [dropout]" "backend [vocab]" \
+  "comm mpi 2" "comm nccl 2"; do
   # shellcheck disable=SC2086
   run_test $test >"$scratch/baseline.log" 2>&1 || { echo "baseline failed: $test ($scratch/baseline.log)"; exit 2; }
 done

@@ -463,6 +463,10 @@ TEMPLATE_TEST_CASE("vocabulary-parallel embedding, LM head and cross-entropy", "
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < words; ++j) want[i * rows + j] = d_logits[i * vocab + first + j];
     CHECK_CLOSE_TO_REFERENCE(T, d, want);
+    bool padding_zero = true;  // exactly: the padding rows are no parameter of the loss
+    for (int i = 0; i < n; ++i)
+      for (int j = words; j < rows; ++j) padding_zero &= d[i * rows + j] == 0.0f;
+    CHECK(padding_zero);
     auto gd_table = zeros<float>(device(), static_cast<std::size_t>(rows) * h);
     auto gdx = zeros<T>(device(), static_cast<std::size_t>(n) * h);
     ops<T>().embedding_backward(gtokens.data(), gdx_in.data(), gd_table.data(), nullptr, n, seq, h,
