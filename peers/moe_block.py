@@ -249,13 +249,14 @@ def megatron_parallel(device):
 
 class MegatronLayer(System):
     def __init__(self, case, capacity_factor=1.0, sdpa=False):
-        import megatron.core
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
         from megatron.core.transformer.moe.moe_utils import get_capacity
         from megatron.core.transformer.spec_utils import build_module
         megatron_parallel(case.device)
         c = case
-        self.case, self.version = case, megatron.core.__version__
+        # Its distribution's version: megatron.core.__version__ appends the hash of any git tree
+        # it happens to be installed in.
+        self.case, self.version = case, _dist_version("megatron-core")
         config = megatron_config(case, capacity_factor)
         spec = get_gpt_layer_local_spec(num_experts=c.experts, moe_grouped_gemm=False)
         if sdpa:

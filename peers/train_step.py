@@ -10,8 +10,9 @@ ted_train's.
              get_megatron_optimizer (bf16 parameters with fp32 main parameters; its Adam is
              torch.optim.AdamW, since Transformer Engine's and apex's fused Adam are not carried),
              gradient clipping, our learning rate
-  deepspeed  baselines/deepspeed/run.py on the same config (DeepSpeed's engine and MoE layer on
-             the suite's GPT; one rank), whose CSV this reads
+  deepspeed  the suite's GPT with DeepSpeed's MoE layer (baselines/deepspeed/gpt_moe.py, as the
+             DeepSpeed baseline runs it) under DeepSpeed's engine, configured as
+             baselines/deepspeed/run.py configures it (ZeRO-1, bf16, clipping, torch AdamW)
 
 The model is ours (docs/algorithm.md section 1): token and learned position embeddings,
 pre-LN blocks, every expert_interval-th FFN an MoE of `experts` experts (top-k, the capacity
@@ -27,12 +28,9 @@ Writes one CSV row per step (step, loss, seconds, tokens_per_s, parameters, syst
 device, dtype, note) and exits 0; 1 when a loss is not finite or the run failed; 2 on bad input.
 """
 import argparse
-import contextlib
 import math
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -60,7 +58,6 @@ def ours_parameters(cfg):
 def megatron_step(cfg, args):
     import torch
     import torch.nn.functional as F
-    import megatron.core
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
@@ -161,7 +158,7 @@ def megatron_step(cfg, args):
         rows.append({"step": step, "loss": f"{total:.6f}", "seconds": f"{seconds:.6f}",
                      "tokens_per_s": f"{tokens_per_step / seconds:.1f}", "parameters": parameters,
                      "system": "megatron" + ("-sdpa" if args.sdpa else ""),
-                     "version": megatron.core.__version__, "device": args.device,
+                     "version": moe_block._dist_version("megatron-core"), "device": args.device,
                      "dtype": args.dtype, "note": note})
         print(f"step {step}: loss {total:.4f}, {seconds * 1e3:.1f} ms, "
               f"{tokens_per_step / seconds:.0f} tokens/s", flush=True)
@@ -180,33 +177,89 @@ def megatron_step(cfg, args):
 
 
 def deepspeed_step(cfg, args):
-    """baselines/deepspeed/run.py on the config, one rank, its CSV turned into ours."""
-    import csv
-    overrides = list(args.set) + [f"training.steps={args.steps}", f"run.dtype={args.dtype}",
-                                  f"run.backend={'cuda' if args.device.startswith('cuda') else 'cpu'}"]
-    with tempfile.TemporaryDirectory() as work:
-        out = Path(work) / "deepspeed.csv"
-        command = [sys.executable, str(ROOT / "baselines" / "deepspeed" / "run.py"), "-c",
-                   args.config, "--csv", str(out)]
-        for o in overrides:
-            command += ["--set", o]
-        env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29517"))
-        result = subprocess.run(command, env=env)
-        if result.returncode != 0 or not out.exists():
-            print(f"train_step: baselines/deepspeed/run.py exited {result.returncode}", file=sys.stderr)
-            return result.returncode or 1
-        theirs = list(csv.DictReader(open(out)))
+    """DeepSpeed-MoE on the step: the suite's GPT with DeepSpeed's MoE layer
+    (baselines/deepspeed/gpt_moe.py, the model the DeepSpeed baseline runs, its parameter count
+    equal to ours) under DeepSpeed's engine as baselines/deepspeed/run.py configures it (ZeRO
+    stage 1 by parallel.zero1, bf16, gradient clipping, torch's AdamW with our weight-decay
+    groups and MoE parameter groups), timed here: the token ids are made before the clock,
+    and no routing probe or loss read-back runs inside it, as in the Megatron step."""
+    import torch
+    if not args.device.startswith("cuda"):
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
-    rows = [{"step": r["step"], "loss": r["loss"], "seconds": r["seconds"],
-             "tokens_per_s": r["tokens_per_s"], "parameters": ours_parameters(cfg),
-             "system": "deepspeed", "version": deepspeed.__version__, "device": r.get("device", ""),
-             "dtype": r["dtype"],
-             "note": "baselines/deepspeed/run.py: DeepSpeed engine + deepspeed.moe.layer.MoE"
-             + (f"; peak {int(r['peak_activations_bytes']) / 2**30:.2f} GiB"
-                if r.get("peak_activations_bytes") else "")} for r in theirs]
+    from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+    import gpt_moe
+    import moe_block
+
+    m, o, d = cfg["model"], cfg["optimizer"], cfg["data"]
+    on_gpu = args.device.startswith("cuda")
+    moe_block.init_distributed(args.device)
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo")
+    if on_gpu:
+        torch.cuda.set_device(0)
+    torch.manual_seed(cfg["training"]["seed"])
+    model = gpt_moe.GptMoe(cfg, 1)
+    gpt_moe.initialise(model, m["init_std"], cfg["training"]["seed"], 0, m["experts"])
+    parameters = sum(p.numel() for p in model.parameters())
+    groups = split_params_into_different_moe_groups_for_optimizer(gpt_moe.optimizer_groups(model))
+    optimizer = torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]),
+                                  eps=o["eps"], weight_decay=o["weight_decay"])
+    config = {"train_micro_batch_size_per_gpu": d["micro_batch"],
+              "gradient_accumulation_steps": d["micro_batches"],
+              "train_batch_size": d["micro_batch"] * d["micro_batches"],
+              "gradient_clipping": o["grad_clip"],
+              "zero_optimization": {"stage": 1 if cfg["parallel"]["zero1"] else 0},
+              "zero_allow_untested_optimizer": True, "steps_per_print": 1 << 30}
+    if args.dtype == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif args.dtype == "fp16":
+        config["fp16"] = {"enabled": True}
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    device = engine.device
+    seq, sequences = m["seq_len"], d["micro_batch"]
+    generator = torch.Generator().manual_seed(cfg["training"]["seed"])
+    batches = [torch.randint(0, m["vocab"], (sequences, seq + 1), generator=generator).to(device)
+               for _ in range(d["micro_batches"] * args.steps)]
+    batches = [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in batches]
+    note = (f"DeepSpeed engine (ZeRO stage {config['zero_optimization']['stage']}, {args.dtype}, "
+            "torch AdamW) + deepspeed.moe.layer.MoE on the suite's "
+            f"GPT (baselines/deepspeed/gpt_moe.py); {parameters} parameters "
+            f"(ours: {ours_parameters(cfg)})")
+    rows = []
+    for step in range(args.steps):
+        if on_gpu:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        losses = []
+        for micro in range(d["micro_batches"]):
+            inputs, targets = batches[step * d["micro_batches"] + micro]
+            lm, aux = engine(inputs, targets)
+            loss = lm + cfg["gating"]["aux_coeff"] * aux
+            engine.backward(loss)
+            engine.step()
+            losses.append(lm.detach())
+        if on_gpu:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        total = float(torch.stack(losses).float().mean())
+        tokens_per_step = d["micro_batches"] * sequences * seq
+        rows.append({"step": step, "loss": f"{total:.6f}", "seconds": f"{seconds:.6f}",
+                     "tokens_per_s": f"{tokens_per_step / seconds:.1f}", "parameters": parameters,
+                     "system": "deepspeed", "version": deepspeed.__version__,
+                     "device": args.device, "dtype": args.dtype, "note": note})
+        print(f"step {step}: loss {total:.4f}, {seconds * 1e3:.1f} ms, "
+              f"{tokens_per_step / seconds:.0f} tokens/s", flush=True)
+        if not math.isfinite(total):
+            write(args.csv, rows)
+            print("train_step: loss is not finite", file=sys.stderr)
+            return 1
+    if on_gpu:
+        peak = torch.cuda.max_memory_allocated()
+        print(f"# peak memory (torch.cuda.max_memory_allocated): {peak / 2**30:.2f} GiB")
+        for row in rows:
+            row["note"] += f"; peak {peak / 2**30:.2f} GiB allocated"
     write(args.csv, rows)
-    return 0 if all(math.isfinite(float(r["loss"])) for r in rows) else 1
+    return 0
 
 
 def main():

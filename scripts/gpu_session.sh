@@ -16,7 +16,8 @@
 #                 peers in one process (peers/moe_block.py: eager, compile, deepspeed, megatron,
 #                 megatron-sdpa, tutel where carried, each checked against our block first),
 #                 ours and the peers alternating round by round
-#   5. peers_step the same training step in Megatron-Core and DeepSpeed-MoE (peers/train_step.py)
+#   5. peers_step the same training step in Megatron-Core (SDPA core attention) and DeepSpeed-MoE
+#                 (peers/train_step.py)
 #   6. rates      the GPU's bf16 GEMM rate and copy bandwidth (peers/device_rates.py), written
 #                 into a measured copy of the cluster file (gpu_cluster.yaml)
 #   7. project    ted_project's time and memory for the step, with the committed cluster file
@@ -64,9 +65,9 @@ if [ "$dry" = 0 ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/de
   exit 2
 fi
 t0=$SECONDS
-raw=${OUT:-$(mktemp -d)}/gpu_session
-mkdir -p "$raw"
-raw=$(cd "$raw" && pwd)
+# The raw outputs in a folder of their own; $OUT gets few files at the end (the device's tool
+# returns at most 8): the report, steps.csv, session.log and a tarball of everything.
+raw=$(mktemp -d -t ted-session.XXXXXX)
 [ -z "$report_dir" ] && { [ "$dry" = 1 ] && report_dir=$raw/report || report_dir=results/gpu; }
 exec > >(tee -a "$raw/session.log") 2>&1
 reserve=20  # kept for the report at the end
@@ -141,7 +142,8 @@ else
   nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.max.sm \
     --format=csv,noheader >"$raw/device.txt"
 fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+# NO_VCS_VERSION: Megatron-Core's version would carry the hash of a git tree it sits in.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1 NO_VCS_VERSION=1
 {
   echo "budget=$budget"
   echo "dry=$dry"
@@ -149,8 +151,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERE
   echo "cluster=$cluster"
 } >"$raw/session.env"
 
-# 1. env: versions, the carried wheels.
-site=$raw/peers-site
+# 1. env: versions, the carried wheels (installed into a temporary folder, removed at the end).
+site=$(mktemp -d -t ted-peers-site.XXXXXX)
+trap 'rm -rf "$site"' EXIT
 env_step() {
   cat "$raw/device.txt"
   peers/install_wheels.sh "${TED_PEERS_WHEELS:-$root/.whl}" "$site" "$python" >/dev/null
@@ -232,10 +235,12 @@ block_round() {  # $1: round
 }
 wanted block && run block 150 300 block_round 1
 
-# 5. peers_step: Megatron-Core and DeepSpeed-MoE on the same step.
+# 5. peers_step: Megatron-Core (SDPA core attention) and DeepSpeed-MoE on the same step.
 peers_step() {
   local rc=0
-  "$python" peers/train_step.py --system megatron -c experiments/train/gpu-1b.yaml "${tiny[@]}" \
+  # Megatron with SDPA as its core attention: the fused attention a user gets from Transformer
+  # Engine, which is not carried (its unfused local attention is in the block's comparison).
+  "$python" peers/train_step.py --system megatron --sdpa -c experiments/train/gpu-1b.yaml "${tiny[@]}" \
     "${device_arg[@]}" --steps 8 --csv "$raw/train_megatron.csv" >"$raw/train_megatron.log" 2>&1 || rc=1
   tail -3 "$raw/train_megatron.log"
   "$python" peers/train_step.py --system deepspeed -c experiments/train/gpu-1b.yaml "${tiny[@]}" \
@@ -290,7 +295,16 @@ fi
 stamp "report"
 report_args=("$raw" "$report_dir" --session)
 [ "$dry" = 1 ] && report_args+=(--dry-run)
-python3 scripts/gpu_report.py "${report_args[@]}" || failed=1
-cp -f "$report_dir"/*.md "$raw/" 2>/dev/null
+python3 scripts/gpu_report.py "${report_args[@]}" >"$raw/report.txt" 2>&1 || failed=1
+tail -3 "$raw/report.txt"
 stamp "done: $(grep -c ',passed$' "$raw/steps.csv") step(s) passed, $(grep -c 'skipped' "$raw/steps.csv") skipped, $(grep -cE ',(failed|timed out)$' "$raw/steps.csv") failed; raw outputs in $raw"
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  cp -f "$raw/steps.csv" "$OUT/"
+  cp -f "$(ls -t "$report_dir"/*-session.md | head -1)" "$(ls -t "$report_dir"/*-session.csv | head -1)" "$OUT/" 2>/dev/null
+  sleep 1  # the log's tee catches up
+  cp -f "$raw/session.log" "$OUT/"
+  tar -czf "$OUT/gpu_session_raw.tar.gz" -C "$raw" . && echo "raw outputs: \$OUT/gpu_session_raw.tar.gz" &&
+    rm -rf "$raw"
+fi
 exit "$failed"
