@@ -37,13 +37,17 @@ check(timed.get("deepspeed", {}).get("capacity") == timed.get("eager", {}).get("
       "DeepSpeed's capacity equals ours")
 vocab, h, layers, f, experts = 256, 64, 4, 256, 4
 biases = layers * 4 * h + (layers // 2) * (f + h) + (layers // 2) * experts * (f + h)
-for system in ("megatron", "deepspeed"):
+for system in ("megatron", "megatron-sdpa", "deepspeed"):
     rows = list(csv.DictReader(open(work / f"train_{system}.csv")))
     losses = [float(r["loss"]) for r in rows]
     check(len(rows) == 3 and all(math.isfinite(x) for x in losses), f"{system}: 3 finite losses {losses}")
     check(abs(losses[0] / math.log(vocab) - 1) < 0.05, f"{system}: first loss {losses[0]:.3f} "
           f"within 5% of ln({vocab}) = {math.log(vocab):.3f}")
     check(all(float(r["tokens_per_s"]) > 0 for r in rows), f"{system}: tokens/s on every step")
+local, sdpa = ([float(r["loss"]) for r in csv.DictReader(open(work / f"train_{s}.csv"))]
+               for s in ("megatron", "megatron-sdpa"))
+check(all(abs(a - b) <= 1e-4 * abs(a) for a, b in zip(local, sdpa)),
+      f"Megatron's step with SDPA gives its unfused attention's losses ({local} vs {sdpa})")
 megatron = int(list(csv.DictReader(open(work / "train_megatron.csv")))[0]["parameters"])
 ours = int(list(csv.DictReader(open(work / "train_deepspeed.csv")))[0]["parameters"])
 check(ours - megatron == biases, f"Megatron's parameters {megatron} = ours {ours} less the "

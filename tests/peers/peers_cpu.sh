@@ -8,9 +8,10 @@
 #     <= 1e-4; DeepSpeed at capacity factor 1 with drops, Megatron without drops); Tutel either
 #     passes or is 'not loaded' (its extension needs the CUDA driver)
 #   - the same timed in bf16, two alternated rounds: every loaded system has a time
-#   - peers/train_step.py, Megatron-Core's GPTModel and DeepSpeed-MoE (baselines/deepspeed/run.py)
-#     on gpu-1b.yaml's layer pattern at a tiny width: finite losses, the first within 5% of
-#     ln(vocab); parameters: DeepSpeed's equal ours, Megatron's ours less exactly the biases
+#   - peers/train_step.py, Megatron-Core's GPTModel and DeepSpeed-MoE (the suite's GPT of
+#     baselines/deepspeed/gpt_moe.py on DeepSpeed's engine) on gpu-1b.yaml's layers, tiny: finite losses, the first within 5% of
+#     ln(vocab); parameters: DeepSpeed's equal ours, Megatron's ours less exactly the biases;
+#     Megatron with SDPA as its core attention gives its unfused attention's losses
 #   - peers/device_rates.py on the CPU and its measured copy of the H100 cluster file, which
 #     ted_project reads
 # Skipped (77) without a registry or a Python 3.12, or with TED_SKIP_PEERS set.
@@ -34,7 +35,7 @@ if ! ls "$wheels"/deepspeed-*.whl "$wheels"/megatron_core-*.whl >/dev/null 2>&1;
 fi
 python=$venv/bin/python
 "$source_dir/peers/install_wheels.sh" "$wheels" "$work/site" "$python" >/dev/null
-export PYTHONPATH=$work/site OMP_NUM_THREADS=1 TORCH_EXTENSIONS_DIR=$work/torch_extensions
+export PYTHONPATH=$work/site OMP_NUM_THREADS=1 TORCH_EXTENSIONS_DIR=$work/torch_extensions NO_VCS_VERSION=1
 cd "$source_dir"
 echo "== checks: every peer against our block (tiny, fp32)"
 "$python" peers/moe_block.py --tiny --device cpu --dtype fp32 --check-only \
@@ -48,10 +49,11 @@ echo "== timed: two alternated rounds (tiny, bf16)"
 cat "$work/timed.csv"
 tiny=(--set model.hidden=64 --set model.heads=4 --set model.vocab=256 --set model.seq_len=64
   --set model.layers=4 --set data.micro_batch=2)
-for system in megatron deepspeed; do
+for system in megatron megatron-sdpa deepspeed; do
   echo "== the training step: $system"
-  "$python" peers/train_step.py --system "$system" -c experiments/train/gpu-1b.yaml "${tiny[@]}" \
-    --device cpu --dtype fp32 --steps 3 --csv "$work/train_$system.csv" >"$work/train_$system.log" 2>&1 ||
+  "$python" peers/train_step.py --system "${system%-sdpa}" $([ "$system" = megatron-sdpa ] && echo --sdpa) \
+    -c experiments/train/gpu-1b.yaml "${tiny[@]}" --device cpu --dtype fp32 --steps 3 \
+    --csv "$work/train_$system.csv" >"$work/train_$system.log" 2>&1 ||
     { tail -30 "$work/train_$system.log"; exit 1; }
   cat "$work/train_$system.csv"
 done
