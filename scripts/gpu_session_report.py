@@ -168,10 +168,11 @@ def main(raw, out, dry):
         if not rs:
             problems.append(f"no training step from {system} (train_{system}.log)")
             continue
-        add("train", system, rs[0].get("version", ""), seconds * 1e3 if seconds else None,
+        add("train", rs[0].get("system") or system, rs[0].get("version", ""),
+            seconds * 1e3 if seconds else None,
             flops_step / seconds if flops_step and seconds else None, tps, rs[0].get("note", ""))
         if tps and (fastest_train is None or tps > fastest_train[1]):
-            fastest_train = (system, tps)
+            fastest_train = (rs[0].get("system") or system, tps)
     tracked, projected, driver = memory(raw)
     add("memory", "ours: tracking allocator", revision, note=gib(tracked))
     add("memory", "ours: CUDA driver (nvidia-smi, less idle)", revision, note=gib(driver))
