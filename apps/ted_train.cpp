@@ -198,7 +198,12 @@ void print_step(const ted::train::StepRecord& r, int steps) {
 }
 
 void print_footer(ted::TrainingRun& run, double first_loss, double last_loss,
-                  const std::string& fingerprint, const std::string& csv) {
+                  const std::string& fingerprint, const std::string& csv, std::uint64_t projected) {
+  // The whole: the tracking allocator's peak of everything at once (not the sum of the
+  // categories' peaks, which fall at different moments), beside the projection's memory model
+  // for this run (what --check judges), so a GPU run compares them with the driver's count.
+  std::printf("# peak memory on rank 0, total: %zu bytes tracked, %llu bytes projected\n",
+              run.tracked().total().peak, static_cast<unsigned long long>(projected));
   std::printf("# peak memory on rank 0:");
   for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {
     auto category = static_cast<ted::MemoryCategory>(c);
@@ -274,7 +279,7 @@ int main(int argc, char** argv) {
           std::snprintf(text, sizeof text, "%.9e", fingerprint);
           table.set_last(columns.index("fingerprint"), text);
           table.write_atomic(config.csv);
-          print_footer(run, first_loss, last_loss, text, config.csv);
+          print_footer(run, first_loss, last_loss, text, config.csv, need);
         }
         return 0;
       },

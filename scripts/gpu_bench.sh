@@ -5,8 +5,8 @@
 # separate passes (TED_CUBLASLT=0) and with the materialised attention; PyTorch eager on the same
 # block with materialised attention and with F.scaled_dot_product_attention; the bf16 GEMM rate
 # at the experts' shape (cuBLAS, and torch.matmul); a one-GPU ted_train of a 1.3B-parameter MoE
-# GPT (experiments/train/gpu-1b.yaml: tokens/s, and MFU = model FLOPs per second over that GEMM
-# rate); and Nsight Compute's per-kernel times of one of our block's steps. Ours and PyTorch
+# GPT (experiments/train/gpu-1b.yaml: tokens/s, and MFU over the dense peak of NVIDIA's datasheet
+# and over that GEMM rate, each labelled); and Nsight Compute's per-kernel times of one of our block's steps. Ours and PyTorch
 # alternate, round by round. scripts/gpu_report.py writes the report: the rows, the top 15
 # kernels, the device, the revision, which attention ran, and the issue's three bars (the block at
 # or under PyTorch's SDPA time, at least 50% of the GEMM rate, the training step at MFU >= 40%).

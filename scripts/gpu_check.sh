@@ -21,11 +21,22 @@
 #                            so that this script's own verdicts are tested (tests/CMakeLists.txt)
 #   TED_DEPS_PREFIX=<dir>    a machine without a package registry: the dependencies as Debian
 #                            packages unpacked into <dir> (its usr/ is searched); nothing installed
+#   TED_GPU_CHECK_PREBUILT=1 a GPU machine with no compiler toolchain for the suite (the packed
+#                            tree of a build made elsewhere, scripts/gpu_session.sh): nothing is
+#                            installed, configured or built; the build's executables are checked
+#   TED_GPU_CHECK_JOBS       ctest's parallel jobs (4); the tests sharing one GPU fit 16 CPU cores
+#   TED_GPU_CHECK_EXCLUDE    a ctest -E pattern: tests left out (named in the summary), e.g. one
+#                            the caller ran first on its own
+#   TED_GPU_CHECK_BENCH=0    leave out the block benchmark and PyTorch's block (a caller that
+#                            times them itself, alternated, e.g. scripts/gpu_session.sh)
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ $# -gt 0 ] && out=$(realpath -m "$1")  # a relative folder is the caller's, not the tree's
 cd "$root"
 emulated=${TED_GPU_CHECK_EMULATED:-0}
+prebuilt=${TED_GPU_CHECK_PREBUILT:-0}
+jobs=${TED_GPU_CHECK_JOBS:-4}
+bench=${TED_GPU_CHECK_BENCH:-1}
 say() { echo "gpu_check: $*" >&2; }
 if [ "$emulated" = 1 ]; then
   gpu="emulated GPU"
@@ -68,7 +79,7 @@ if [ -n "${TED_DEPS_PREFIX:-}" ]; then  # unpacked Debian packages: libraries, t
   export LD_LIBRARY_PATH="$(find "$TED_DEPS_PREFIX/usr/lib" -maxdepth 2 -name '*.so*' -printf '%h\n' | sort -u | paste -sd:):${LD_LIBRARY_PATH:-}"
   export CMAKE_PREFIX_PATH="$TED_DEPS_PREFIX/usr:${CMAKE_PREFIX_PATH:-}"
   export OPAL_PREFIX="$TED_DEPS_PREFIX/usr/lib/x86_64-linux-gnu/openmpi"
-elif [ "$emulated" != 1 ]; then
+elif [ "$emulated" != 1 ] && [ "$prebuilt" != 1 ]; then
   source "$root/scripts/common.sh"
   ted_install_missing >>"$log" 2>&1 ||
     { say "could not install the build dependencies (see $log); or set TED_DEPS_PREFIX"; exit 2; }
@@ -98,6 +109,12 @@ if [ "$emulated" = 1 ]; then
     [ -x "$build/$binary" ] || { say "$build/$binary is not built (build $build first)"; exit 2; }
   done
   note "the existing build $build (emulated GPU targets)"
+elif [ "$prebuilt" = 1 ]; then
+  for binary in tests/test_backend apps/ted_train apps/bench_moe_block_cuda; do
+    [ -x "$build/$binary" ] || { say "$build/$binary is not built (TED_GPU_CHECK_PREBUILT)"; exit 2; }
+  done
+  built_for=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
+  note "the prebuilt $build (CUDA architectures ${built_for:-?}; this GPU: sm_$cap); nothing configured or built here"
 else
   if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$cap" \
     >>"$log" 2>&1; then
@@ -107,8 +124,15 @@ else
 fi
 # The configure's summary: the GPU's libraries must all have been found.
 features="$build/ted_summary.txt"
+if [ "$prebuilt" = 1 ] && [ ! -r "$features" ]; then
+  # A packed build carries its executables and CTest files, not the configure's summary: the
+  # cuda tests themselves fail where a library is missing.
+  note "no configure summary in the packed build: the cuda tests stand for it"
+  features=/dev/null
+fi
 [ -r "$features" ] || { say "$features is missing: configure $build with this tree's CMakeLists"; exit 2; }
 sed 's/^/    /' "$features" >>"$summary"
+[ "$features" = /dev/null ] ||
 for library in CUDA NCCL cuDNN; do
   line=$(grep -E "^ *$library +:" "$features")
   if ! echo "$line" | grep -Eq ": found"; then
@@ -116,7 +140,7 @@ for library in CUDA NCCL cuDNN; do
     exit 2
   fi
 done
-if [ "$emulated" != 1 ]; then
+if [ "$emulated" != 1 ] && [ "$prebuilt" != 1 ]; then
   if cmake --build "$build" -j "$(nproc)" >>"$log" 2>&1; then
     note "built for sm_$cap in $((SECONDS - start)) s"
   else
@@ -142,7 +166,11 @@ else
   fi
 fi
 [ -n "${TED_GPU_CHECK_TESTS:-}" ] && selection+=(-R "$TED_GPU_CHECK_TESTS")
-ctest --test-dir "$out/ctest" "${selection[@]}" -j 4 --output-on-failure \
+if [ -n "${TED_GPU_CHECK_EXCLUDE:-}" ]; then
+  selection+=(-E "$TED_GPU_CHECK_EXCLUDE")
+  note "left out by the caller (TED_GPU_CHECK_EXCLUDE): $(ctest --test-dir "$out/ctest" -N -R "$TED_GPU_CHECK_EXCLUDE" | sed -n 's/^ *Test *#[0-9]*: //p' | paste -sd' ')"
+fi
+ctest --test-dir "$out/ctest" "${selection[@]}" -j "$jobs" --output-on-failure \
   --output-junit "$out/ctest.xml" >"$out/ctest.txt" 2>&1
 status=$?
 grep -E "tests passed|Test +#|\*\*\*" "$out/ctest.txt" | sed 's/^/    /' >>"$summary"
@@ -154,7 +182,9 @@ note "ctest: exit $status, $ran test(s), $skipped skipped, in $((SECONDS - start
 [ "$skipped" -ne 0 ] && fail "$skipped cuda test(s) skipped with a GPU visible (ctest.txt says why)"
 
 section "The MoE block against cuBLAS (bench_moe_block_cuda)"
-if [ "$emulated" = 1 ]; then
+if [ "$bench" = 0 ]; then
+  note "left out (TED_GPU_CHECK_BENCH=0): the caller runs the block benchmark, its self-check included"
+elif [ "$emulated" = 1 ]; then
   note "not run on the emulated GPU (its speed means nothing; the self-check runs on a GPU)"
 else
   "$build/apps/bench_moe_block_cuda" --benchmark_format=csv --benchmark_repetitions=3 \
@@ -170,7 +200,9 @@ else
 fi
 
 section "PyTorch eager on the same block"
-if [ "$emulated" = 1 ]; then
+if [ "$bench" = 0 ]; then
+  note "left out (TED_GPU_CHECK_BENCH=0): the caller times it"
+elif [ "$emulated" = 1 ]; then
   note "not run on the emulated GPU"
 elif python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   if python3 tests/cuda/torch_moe_block.py >"$out/torch_raw.csv" 2>>"$log"; then

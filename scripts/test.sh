@@ -7,9 +7,10 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ted_prepare
 echo "== testing"
-# The label distro (the suite again inside another Debian, half an hour) runs only when asked
-# for: by label or by name (-L distro, -R debian13).
-selection=(-LE '^distro$')
+# The labels distro (the suite again inside another Debian, half an hour) and peers (the GPU
+# session's peer systems on the CPU: a Python 3.12 environment of gigabytes, minutes) run only
+# when asked for: by label or by name (-L distro, -R debian13, -L peers).
+selection=(-LE '^(distro|peers)$')
 for arg in "$@"; do
   case $arg in -L | -L?* | --label-regex* | -R | -R?* | --tests-regex*) selection=() ;; esac
 done

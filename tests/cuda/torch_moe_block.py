@@ -52,6 +52,14 @@ def make_params(h, E, dtype, device):
 
 
 def block(x, p, heads, sequences, seq, experts, top_k, capacity_factor=1.0, fused=False):
+    mid, ln2 = attention_half(x, p, heads, sequences, seq, fused)
+    y, aux, capacity = moe_half(ln2, p, experts, top_k, capacity_factor)
+    return y + mid, aux, capacity
+
+
+def attention_half(x, p, heads, sequences, seq, fused=False):
+    """The block up to the MoE FFN: (mid = x + attention, ln2 = LayerNorm(mid)); the peers'
+    blocks (peers/moe_block.py) share it and put their own MoE layer on ln2."""
     n, h = x.shape
     d = h // heads
     ln1 = F.layer_norm(x, (h,), p["ln1_g"], p["ln1_b"], 1e-5)
@@ -65,8 +73,13 @@ def block(x, p, heads, sequences, seq, experts, top_k, capacity_factor=1.0, fuse
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
         att = (probs @ v).transpose(1, 2).reshape(n, h)
     mid = torch.addmm(p["proj_b"], att, p["proj_w"]) + x
-    ln2 = F.layer_norm(mid, (h,), p["ln2_g"], p["ln2_b"], 1e-5)
+    return mid, F.layer_norm(mid, (h,), p["ln2_g"], p["ln2_b"], 1e-5)
 
+
+def moe_half(ln2, p, experts, top_k, capacity_factor=1.0):
+    """Our gating, dispatch, experts and combine on ln2 [n, h]: (moe output, aux, capacity)."""
+    n, h = ln2.shape
+    x = ln2
     # Gate in fp32: softmax, top-k choices, capacity filled round by round in token order.
     gate = torch.softmax((ln2 @ p["gate_w"]).float(), dim=-1)
     capacity = max(math.ceil(top_k * capacity_factor * n / experts - 1e-9), 4)
@@ -103,7 +116,7 @@ def block(x, p, heads, sequences, seq, experts, top_k, capacity_factor=1.0, fuse
     y = torch.zeros_like(x)
     for r, src, w, m in zip(rows, sources, weights, kept):
         y = y.index_add(0, src, out[r] * w[m].to(x.dtype)[:, None])
-    return y + mid, aux, capacity
+    return y, aux, capacity
 
 
 def one_block_model(tokens, targets, p, heads, sequences, seq, experts, top_k, fused):
