@@ -77,7 +77,29 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
     return params_.add(std::move(spec));
   };
   const auto X = ParamKind::expert;
-  tok_emb_ = add("tok_emb", {config_.vocab, h}, ParamInit::normal, false);
+  // Tied embeddings: one [V', h] table (V' the vocabulary padded to a multiple of T), rows
+  // [t V'/T, (t + 1) V'/T) on tensor rank t, the padding rows (past V) 0. Weight decay as the
+  // output layer it also is (Megatron decays both).
+  tied_ = config_.tie_embeddings;
+  const int V = config_.vocab, padded = config_.padded_vocab(T_);
+  vocab_rows_ = tied_ ? padded / T_ : V;
+  first_word_ = tied_ ? t_ * vocab_rows_ : 0;
+  words_ = std::clamp(V - first_word_, 0, vocab_rows_);
+  if (tied_) {
+    ParamSpec table;
+    table.name = "tok_emb";
+    table.shape = {padded, h};
+    table.init = ParamInit::normal;
+    table.decay = true;
+    if (T_ > 1) {
+      table.slice = {{{first_word_, vocab_rows_}}};
+      table.tensor_replicated = false;
+    }
+    table.padding_from = static_cast<std::size_t>(words_) * h;
+    tok_emb_ = params_.add(std::move(table));
+  } else {
+    tok_emb_ = add("tok_emb", {V, h}, ParamInit::normal, false);
+  }
   pos_emb_ = add("pos_emb", {config_.seq_len, h}, ParamInit::normal, false);
   for (int l = 0; l < config_.layers; ++l) {
     std::string p = "block" + std::to_string(l) + ".";
@@ -110,7 +132,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   }
   lnf_g_ = add("lnf.g", {h}, ParamInit::ones, false);
   lnf_b_ = add("lnf.b", {h}, ParamInit::zeros, false);
-  lm_head_ = add("lm_head.w", {h, config_.vocab}, ParamInit::normal, true);
+  if (!tied_) lm_head_ = add("lm_head.w", {h, V}, ParamInit::normal, true);
   params_.allocate(*ops_, config_.seed, config_.init_std, parallel_.dense_pad, parallel_.expert_pad,
                    storage_gradients);
 }
@@ -121,11 +143,23 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
 template <typename T>
 void GptModel<T>::resolve_attention() {
   const int heads = config_.heads / T_, hl = config_.hidden / T_, S = config_.seq_len;
-  const auto fused = ops_->fused_attention(S, heads, hl, false);
+  const auto fused = ops_->fused_attention(S, heads, hl, config_.dropout > 0);
   fused_attention_ = config_.attention == "fused" ||
                      (config_.attention == "auto" &&
                       (fused.fastest || double(heads) * S * S > kMaxTensorElements));
   attention_ = fused_attention_ ? fused.kernel : "materialized";
+}
+
+template <typename T>
+kernels::DropoutKey GptModel<T>::dropout_key(int layer, std::int64_t site) const {
+  kernels::DropoutKey key;
+  key.p = config_.dropout;
+  key.seed = config_.seed;
+  key.step = batch_.step;
+  key.site = layer * kernels::kDropoutSites + site;
+  key.first_token = batch_.first_sample * config_.seq_len;
+  key.first_head = t_ * (config_.heads / T_);  // heads are global: every T draws the same
+  return key;
 }
 
 template <typename T>
@@ -190,24 +224,32 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
   a.qkv = Tensor<T>(device_, static_cast<std::size_t>(N) * 3 * hl);
   ops.linear_forward(a.ln1.data(), P.value(ids.qkv_w), P.value(ids.qkv_b), a.qkv.data(), N, h,
                      3 * hl);
+  // Dropout redraws its masks from their keys, so the recompute of a checkpointed block drops
+  // what its forward dropped.
+  const bool dropping = config_.dropout > 0;
+  const kernels::DropoutKey probs_key = dropout_key(layer, kernels::kAttentionProbsDropout);
   if (fused_attention_) {
     a.lse = Tensor<M>(device_, static_cast<std::size_t>(B) * Hl * S);
     a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
-    ops.flash_attention_forward(a.qkv.data(), a.att.data(), a.lse.data(), B, S, Hl, hl, {});
+    ops.flash_attention_forward(a.qkv.data(), a.att.data(), a.lse.data(), B, S, Hl, hl, probs_key);
   } else {
     a.probs = Tensor<T>(device_, static_cast<std::size_t>(B) * Hl * S * S);
     a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
-    ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl, {});
+    ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl, probs_key);
   }
   a.mid = Tensor<T>(device_, Nh);
-  if (T_ == 1) {  // no reduction between the GEMM and its bias and skip: one fused op
+  if (T_ == 1 && !dropping) {  // no reduction between the GEMM and its bias and skip: one op
     ops.linear_residual_forward(a.att.data(), P.value(ids.proj_w), P.value(ids.proj_b), x,
                                 a.mid.data(), N, hl, h);
   } else {
     reduced_output(a.mid.data(), Nh, a.proj_stash, recompute, [&](T* partial) {
       ops.linear_forward(a.att.data(), P.value(ids.proj_w), nullptr, partial, N, hl, h);
     });
-    ops.add_bias_residual(a.mid.data(), P.value(ids.proj_b), x, N, h);
+    if (dropping)
+      ops.bias_dropout_residual(a.mid.data(), P.value(ids.proj_b), x, N, h,
+                                dropout_key(layer, kernels::kAttentionOutputDropout));
+    else
+      ops.add_bias_residual(a.mid.data(), P.value(ids.proj_b), x, N, h);
   }
   a.ln2 = Tensor<T>(device_, Nh);
   a.ln2_mean = Tensor<M>(device_, N);
@@ -246,18 +288,26 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
     a.act = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
     ops.linear_gelu_forward(a.ln2.data(), P.value(ids.fc1_w), P.value(ids.fc1_b), a.fc1.data(),
                             a.act.data(), N, h, fl);
-    if (T_ == 1) {
+    if (T_ == 1 && !dropping) {
       ops.linear_residual_forward(a.act.data(), P.value(ids.fc2_w), P.value(ids.fc2_b),
                                   a.mid.data(), out, N, fl, h);
     } else {
       reduced_output(out, Nh, a.ffn_stash, recompute, [&](T* partial) {
         ops.linear_forward(a.act.data(), P.value(ids.fc2_w), nullptr, partial, N, fl, h);
       });
-      ops.add_bias_residual(out, P.value(ids.fc2_b), a.mid.data(), N, h);
+      if (dropping)
+        ops.bias_dropout_residual(out, P.value(ids.fc2_b), a.mid.data(), N, h,
+                                  dropout_key(layer, kernels::kFfnOutputDropout));
+      else
+        ops.add_bias_residual(out, P.value(ids.fc2_b), a.mid.data(), N, h);
     }
     flops += 4.0 * N * h * fl;
   }
-  if (ids.moe) ops.add(a.mid.data(), out, Nh);  // residual (the MoE layer added its bias)
+  if (ids.moe && dropping)  // the MoE layer added its bias: dropout, then the residual
+    ops.bias_dropout_residual(out, nullptr, a.mid.data(), N, h,
+                              dropout_key(layer, kernels::kFfnOutputDropout));
+  else if (ids.moe)
+    ops.add(a.mid.data(), out, Nh);  // residual (the MoE layer added its bias)
   last_forward_flops_ += flops;
 }
 
@@ -294,7 +344,16 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   Ops<T>& ops = *ops_;
   const T* x = a.input.data();
   P.open_stage(ids.first_param, ids.end_param);  // 16-bit gradients: the block's, in fp32
+  const bool dropping = config_.dropout > 0;
 
+  // The FFN's (MoE layer's) output gradient: d_out through its dropout mask; the residual
+  // takes d_out as it is.
+  Tensor<T> d_ffn_dropped;
+  if (dropping) {
+    d_ffn_dropped = Tensor<T>(device_, Nh);
+    ops.dropout(d_out, d_ffn_dropped.data(), N, h, dropout_key(layer, kernels::kFfnOutputDropout));
+  }
+  const T* d_ffn = dropping ? d_ffn_dropped.data() : d_out;
   Tensor<T> d_ln2 = zeros<T>(device_, Nh);
   if (ids.moe) {  // its input gradient comes out whole: the layer reduces it internally
     const int groups = static_cast<int>(a.moe.size()), group_tokens = group_sequences_ * S;
@@ -305,33 +364,44 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
     M aux_scale = loss_scale_ * M(config_.gate.aux_coeff) / M(groups);
     for (int g = 0; g < groups; ++g) {
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
-      moe_backward<T>(ops, a.ln2.data() + offset, d_out + offset, d_ln2.data() + offset, shape,
+      moe_backward<T>(ops, a.ln2.data() + offset, d_ffn + offset, d_ln2.data() + offset, shape,
                       moe_params(ids), moe_exchange(false), a.moe[g], aux_scale, grads);
     }
   } else {
     Tensor<T> d_hidden(device_, static_cast<std::size_t>(N) * fl);
-    ops.linear_backward(a.act.data(), P.value(ids.fc2_w), d_out, nullptr, P.grad(ids.fc2_w),
+    ops.linear_backward(a.act.data(), P.value(ids.fc2_w), d_ffn, nullptr, P.grad(ids.fc2_w),
                         P.grad(ids.fc2_b), N, fl, h);
-    ops.linear_dgelu_backward(d_out, P.value(ids.fc2_w), a.fc1.data(), d_hidden.data(),
+    ops.linear_dgelu_backward(d_ffn, P.value(ids.fc2_w), a.fc1.data(), d_hidden.data(),
                               P.grad(ids.fc1_b), N, fl, h);
     ops.linear_backward(a.ln2.data(), P.value(ids.fc1_w), d_hidden.data(), d_ln2.data(),
                         P.grad(ids.fc1_w), nullptr, N, h, fl);
     tensor_all_reduce(d_ln2.data(), Nh);  // column-parallel input gradient
   }
+  d_ffn_dropped = Tensor<T>();
   Tensor<T> d_mid(device_, Nh);
   device_.copy(d_mid.data(), d_out, Nh * sizeof(T));  // residual
   ops.layernorm_backward(a.mid.data(), P.value(ids.ln2_g), a.ln2_mean.data(), a.ln2_rstd.data(),
                          d_ln2.data(), d_mid.data(), P.grad(ids.ln2_g), P.grad(ids.ln2_b), N, h);
   Tensor<T> d_att = zeros<T>(device_, static_cast<std::size_t>(N) * hl);
-  ops.linear_backward(a.att.data(), P.value(ids.proj_w), d_mid.data(), d_att.data(),
-                      P.grad(ids.proj_w), P.grad(ids.proj_b), N, hl, h);
+  {  // the attention block's output gradient, through its dropout mask
+    Tensor<T> d_proj_dropped;
+    if (dropping) {
+      d_proj_dropped = Tensor<T>(device_, Nh);
+      ops.dropout(d_mid.data(), d_proj_dropped.data(), N, h,
+                  dropout_key(layer, kernels::kAttentionOutputDropout));
+    }
+    ops.linear_backward(a.att.data(), P.value(ids.proj_w),
+                        dropping ? d_proj_dropped.data() : d_mid.data(), d_att.data(),
+                        P.grad(ids.proj_w), P.grad(ids.proj_b), N, hl, h);
+  }
   Tensor<T> d_qkv(device_, static_cast<std::size_t>(N) * 3 * hl);
+  const kernels::DropoutKey probs_key = dropout_key(layer, kernels::kAttentionProbsDropout);
   if (fused_attention_)
     ops.flash_attention_backward(a.qkv.data(), a.att.data(), a.lse.data(), d_att.data(),
-                                 d_qkv.data(), B, S, Hl, hl, {});
+                                 d_qkv.data(), B, S, Hl, hl, probs_key);
   else
     ops.attention_backward(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, Hl, hl,
-                           {});
+                           probs_key);
   Tensor<T> d_ln1 = zeros<T>(device_, Nh);
   ops.linear_backward(a.ln1.data(), P.value(ids.qkv_w), d_qkv.data(), d_ln1.data(),
                       P.grad(ids.qkv_w), P.grad(ids.qkv_b), N, h, 3 * hl);
@@ -364,8 +434,18 @@ Losses GptModel<T>::forward(const Batch& batch) {
   acts_.clear();
   acts_.resize(static_cast<std::size_t>(config_.layers));
   acts_[0].input = Tensor<T>(device_, Nh);
-  ops.embedding_forward(token_ids_.data(), params_.value(tok_emb_), params_.value(pos_emb_),
-                        acts_[0].input.data(), tokens_, S, h, 0, V);
+  if (tied_) {
+    // Vocabulary-parallel: each tensor rank's rows for the tokens it holds (0 for the others),
+    // the position on rank 0 only, summed by the tensor group's all-reduce: every element is
+    // tok + pos plus zeros, rounded once, as on one rank.
+    ops.embedding_forward(token_ids_.data(), params_.value(tok_emb_),
+                          t_ == 0 ? params_.value(pos_emb_) : nullptr, acts_[0].input.data(),
+                          tokens_, S, h, first_word_, words_);
+    tensor_all_reduce(acts_[0].input.data(), Nh);
+  } else {
+    ops.embedding_forward(token_ids_.data(), params_.value(tok_emb_), params_.value(pos_emb_),
+                          acts_[0].input.data(), tokens_, S, h, 0, V);
+  }
   Losses losses;
   M aux = 0;
   for (int l = 0; l < config_.layers; ++l) {
@@ -385,13 +465,37 @@ Losses GptModel<T>::forward(const Batch& batch) {
   lnf_rstd_ = Tensor<M>(device_, tokens_);
   ops.layernorm_forward(final_input_.data(), params_.value(lnf_g_), params_.value(lnf_b_),
                         lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), tokens_, h);
-  logits_ = Tensor<T>(device_, static_cast<std::size_t>(tokens_) * V);
+  logits_ = Tensor<T>(device_, static_cast<std::size_t>(tokens_) * vocab_rows_);
   log_sum_ = Tensor<M>(device_, tokens_);
-  ops.linear_forward(lnf_.data(), params_.value(lm_head_), nullptr, logits_.data(), tokens_, h, V);
-  last_forward_flops_ += 2.0 * tokens_ * h * V;
-  losses.lm =
-      ops.cross_entropy_loss(logits_.data(), target_ids_.data(), log_sum_.data(), tokens_, V);
+  if (tied_) {
+    losses.lm = tied_head_forward();
+  } else {
+    ops.linear_forward(lnf_.data(), params_.value(lm_head_), nullptr, logits_.data(), tokens_, h,
+                       V);
+    losses.lm =
+        ops.cross_entropy_loss(logits_.data(), target_ids_.data(), log_sum_.data(), tokens_, V);
+  }
+  last_forward_flops_ += 2.0 * tokens_ * h * vocab_rows_;
   return losses;
+}
+
+// Megatron's vocabulary-parallel cross-entropy: this rank's logits for its slice of the
+// vocabulary; each row's max all-reduced (max), then its sum of exp(logit - max) and its target's
+// logit (from the rank that holds the target, 0 elsewhere) all-reduced (sum), in the master type.
+template <typename T>
+double GptModel<T>::tied_head_forward() {
+  const int N = tokens_, h = config_.hidden;
+  Ops<T>& ops = *ops_;
+  ops.lm_head_forward(lnf_.data(), params_.value(tok_emb_), logits_.data(), N, h, vocab_rows_);
+  Tensor<M> stats(device_, 3 * static_cast<std::size_t>(N));  // max, then sums, target logits
+  M* row_max = stats.data();
+  M* partials = row_max + N;
+  ops.cross_entropy_max(logits_.data(), row_max, N, vocab_rows_, words_);
+  if (T_ > 1) parallel_.tensor->all_reduce(row_max, row_max, N, dtype_of<M>::value, ReduceOp::max);
+  ops.cross_entropy_partials(logits_.data(), target_ids_.data(), row_max, partials, N, vocab_rows_,
+                             first_word_, words_);
+  if (T_ > 1) parallel_.tensor->all_reduce(partials, partials, 2 * N, dtype_of<M>::value);
+  return ops.cross_entropy_finish(row_max, partials, log_sum_.data(), N);
 }
 
 template <typename T>
@@ -403,12 +507,23 @@ void GptModel<T>::backward(M loss_scale) {
   Ops<T>& ops = *ops_;
   // The logits' gradient replaces them, with the loss scale inside (fp16 holds it scaled).
   T* d_logits = logits_.data();
-  params_.open_stage(lnf_g_, lm_head_ + 1);  // 16-bit gradients: the head's, in fp32
+  // 16-bit gradients: the head's, in fp32 (the tied table's share from the head here, its
+  // share from the embedding in the embedding's stage).
+  if (tied_)
+    params_.open_stage({lnf_g_, lnf_b_, tok_emb_});
+  else
+    params_.open_stage(lnf_g_, lm_head_ + 1);
   ops.cross_entropy_backward(logits_.data(), target_ids_.data(), log_sum_.data(), d_logits, tokens_,
-                             V, loss_scale, 0, V);
+                             vocab_rows_, loss_scale, first_word_, words_);
   Tensor<T> d_lnf = zeros<T>(device_, Nh);
-  ops.linear_backward(lnf_.data(), params_.value(lm_head_), d_logits, d_lnf.data(),
-                      params_.grad(lm_head_), nullptr, tokens_, h, V);
+  if (tied_) {  // the head's input gradient is the sum of the vocabulary slices'
+    ops.lm_head_backward(lnf_.data(), params_.value(tok_emb_), d_logits, d_lnf.data(),
+                         params_.grad(tok_emb_), tokens_, h, vocab_rows_);
+    tensor_all_reduce(d_lnf.data(), Nh);
+  } else {
+    ops.linear_backward(lnf_.data(), params_.value(lm_head_), d_logits, d_lnf.data(),
+                        params_.grad(lm_head_), nullptr, tokens_, h, V);
+  }
   Tensor<T> d_x = zeros<T>(device_, Nh), d_prev(device_, Nh);
   ops.layernorm_backward(final_input_.data(), params_.value(lnf_g_), lnf_mean_.data(),
                          lnf_rstd_.data(), d_lnf.data(), d_x.data(), params_.grad(lnf_g_),
@@ -427,7 +542,7 @@ void GptModel<T>::backward(M loss_scale) {
   }
   params_.open_stage(tok_emb_, pos_emb_ + 1);
   ops.embedding_backward(token_ids_.data(), d_x.data(), params_.grad(tok_emb_),
-                         params_.grad(pos_emb_), tokens_, S, h, 0, V);
+                         params_.grad(pos_emb_), tokens_, S, h, first_word_, words_);
   params_.close_stage();
   acts_.clear();
   logits_ = Tensor<T>();

@@ -1,7 +1,10 @@
 // The MoE GPT, forward and backward written out (docs/algorithm.md section 1): token + position
 // embedding, pre-LN blocks (causal multi-head attention, then a dense GeLU FFN or, every
 // expert_interval-th block, an MoE FFN), final LayerNorm, LM head, cross-entropy.
-// Loss = LM loss + aux_coeff * sum over MoE layers of the aux loss.
+// Loss = LM loss + aux_coeff * sum over MoE layers of the aux loss. As Megatron's GPT
+// (model.tie_embeddings): the token embedding split over the tensor group by vocabulary and
+// tied to the LM head, the cross-entropy vocabulary-parallel; dropout (model.dropout) on the
+// attention probabilities and on each sub-layer's output, its masks counter-based.
 //
 // One model for every backend and precision: it runs on the device it is given through that
 // backend's kernel table (backend/ops.hpp) and never touches a buffer element. T is the storage
@@ -122,6 +125,10 @@ class GptModel {
   };
 
   void resolve_attention();
+  // The dropout of `site` (kernels/elementwise.hpp) in block `layer` for the current batch.
+  kernels::DropoutKey dropout_key(int layer, std::int64_t site) const;
+  // The tied LM head and the vocabulary-parallel cross-entropy (forward), the LM loss.
+  double tied_head_forward();
   void block_forward(int layer, const T* x, T* out, BlockActs& acts, bool recompute);
   void block_backward(int layer, const T* d_out, T* d_in, BlockActs& acts);
   void release_internals(BlockActs& acts);
@@ -142,7 +149,11 @@ class GptModel {
   bool fused_attention_ = true;
   std::string attention_;
   ParamSet<T> params_;
-  int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_;
+  int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_ = -1;  // lm_head_: untied only
+  // The vocabulary this rank's table and logits hold: vocab_rows_ rows (columns of the logits),
+  // the words first_word_ .. first_word_ + words_ - 1, the rest padding. Untied: all of it.
+  bool tied_ = false;
+  int vocab_rows_ = 0, first_word_ = 0, words_ = 0;
   std::vector<BlockIds> blocks_;
 
   // State of the last forward.

@@ -102,8 +102,9 @@ void ParamSet<T>::allocate(Ops<T>& ops, std::uint64_t seed, double init_std, std
   for (const auto& spec : specs()) {
     T* v = values_.data() + spec.offset;
     switch (spec.init) {
-      case ParamInit::normal:
-        ops.init_normal(v, spec.size(), seed, name_key(spec.name), init_std, spec.slice_map());
+      case ParamInit::normal:  // the padding stays 0
+        ops.init_normal(v, std::min(spec.size(), spec.padding_from), seed, name_key(spec.name),
+                        init_std, spec.slice_map());
         break;
       case ParamInit::zeros:
         break;
@@ -131,11 +132,17 @@ typename ParamSet<T>::M* ParamSet<T>::grad(int id) {
 
 template <typename T>
 void ParamSet<T>::open_stage(int first, int end) {
+  std::vector<int> ids;
+  for (int id = first; id < end; ++id) ids.push_back(id);
+  open_stage(ids);
+}
+
+template <typename T>
+void ParamSet<T>::open_stage(const std::vector<int>& ids) {
   if (!storage_gradients_) return;
   TED_CHECK(stage_runs_.empty(), "a gradient stage is already open");
   // The tensors in flat-buffer order, contiguous ones merged into one run (one addition each).
-  std::vector<int> sorted;
-  for (int id = first; id < end; ++id) sorted.push_back(id);
+  std::vector<int> sorted = ids;
   std::sort(sorted.begin(), sorted.end(),
             [&](int a, int b) { return layout_.specs()[a].offset < layout_.specs()[b].offset; });
   std::size_t at = 0;

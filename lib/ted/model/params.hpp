@@ -39,6 +39,9 @@ struct ParamSpec {
   std::vector<DimSlice> slice;    // this rank's shard (empty: the whole tensor)
   bool tensor_replicated = true;  // every rank of a tensor group holds the same values
   std::size_t offset = 0;         // in the flat buffers
+  // Local elements from this one on are padding, 0 from the start and kept 0 (their gradient is
+  // 0): the tied embedding's rows past the vocabulary, padded to a multiple of T.
+  std::size_t padding_from = static_cast<std::size_t>(-1);
 
   std::vector<int> local_shape() const;
   std::size_t size() const;  // elements held here
@@ -87,6 +90,7 @@ class ParamSet {
   // at a time); close_stage adds it into the gradient buffer and frees it. No-ops with gradients
   // in the master type.
   void open_stage(int first, int end);
+  void open_stage(const std::vector<int>& ids);  // the tensors of `ids` (the tied table's uses)
   void close_stage();
   bool storage_gradients() const { return storage_gradients_; }
   // The flat gradient buffer and its element type (M, or T with 16-bit gradients).
