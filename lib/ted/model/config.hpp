@@ -50,6 +50,11 @@ struct ModelConfig {
   int padded_vocab(int tensor) const {
     return tie_embeddings ? (vocab + tensor - 1) / tensor * tensor : vocab;
   }
+  // The vocabulary rows one of T tensor ranks holds (the LM head's columns there): the padded
+  // vocabulary over T when tied, else the whole vocabulary.
+  int vocab_rows(int tensor) const {
+    return tie_embeddings ? padded_vocab(tensor) / tensor : vocab;
+  }
   bool is_moe(int layer) const { return (layer + 1) % expert_interval == 0; }
   bool fused_attention() const { return attention != "materialized"; }
   // Throws ConfigError naming the key and the rule.

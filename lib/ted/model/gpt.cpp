@@ -82,7 +82,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   // output layer it also is (Megatron decays both).
   tied_ = config_.tie_embeddings;
   const int V = config_.vocab, padded = config_.padded_vocab(T_);
-  vocab_rows_ = tied_ ? padded / T_ : V;
+  vocab_rows_ = config_.vocab_rows(T_);
   first_word_ = tied_ ? t_ * vocab_rows_ : 0;
   words_ = std::clamp(V - first_word_, 0, vocab_rows_);
   if (tied_) {

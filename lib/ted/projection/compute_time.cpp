@@ -34,7 +34,8 @@ Dims dims_of(const StepShape& s) {
   d.E = m.gate.experts;
   d.Ep = s.layout.expert;
   d.K = m.gate.top_k;
-  d.V = m.vocab;
+  // The logits' columns on this rank: the whole vocabulary, or the tied embedding's slice.
+  d.V = m.vocab_rows(s.layout.tensor);
   d.split = x.split;
   d.slicing = x.slicing;
   d.expert_f = x.f;
@@ -118,7 +119,14 @@ double memory_bound_bytes(const StepShape& s) {
     } else {
       pass(2, 3, w * scores);  // scale, causal mask, softmax (fused) | its backward
     }
-    pass(3, 3, w * X);  // bias + residual after the projection
+    pass(3, 3, w * X);  // bias (+ dropout) + residual after the projection
+    if (m.dropout > 0) {
+      // Dropout: the masks are drawn again, not stored; the backward takes each sub-layer's
+      // output gradient through its mask (read, write), and the materialised attention writes
+      // the dropped probabilities for P V (and again for dV); the fused one drops on chip.
+      pass(0, 4, w * X);
+      if (!s.model.fused_attention()) pass(2, 2, w * scores);
+    }
     pass(2, 3, w * X);  // LayerNorm 2
     if (m.is_moe(l)) {
       pass(2, 3, mw * d.N * d.E);  // gate softmax and top-k over the fp32 logits

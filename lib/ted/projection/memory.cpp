@@ -38,7 +38,7 @@ Sizes sizes_of(const StepShape& s) {
   z.S = m.seq_len;
   z.N = z.B * z.S;
   z.h = m.hidden;
-  z.V = m.vocab;
+  z.V = m.vocab_rows(s.layout.tensor);  // the logits' columns on this rank
   z.E = m.gate.experts;
   z.K = m.gate.top_k;
   z.hl = z.h / z.T;
@@ -81,6 +81,8 @@ Stages gradient_stages(const StepShape& s, const Sizes& z) {
   const bool staging = s.storage_gradients();
   Stages g;
   g.block.assign(static_cast<std::size_t>(m.layers), 0);
+  // The LM head's stage holds the final LayerNorm and the head's table (the tied table too: its
+  // gradient is staged once from the head and once from the embedding).
   g.head = staging ? z.mw * (2 * z.h + z.h * z.V) : 0;
   g.embedding = staging ? z.mw * (z.V * z.h + z.S * z.h) : 0;
   g.largest = std::max(g.head, g.embedding);
@@ -152,6 +154,10 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
   a.take(w * X + mw * 2 * N);  // final LayerNorm
   a.take(w * N * V + mw * N);  // logits (backward turns them into their gradient in place),
                                // and each row's log-sum-exp
+  if (m.tie_embeddings) {      // the vocabulary-parallel cross-entropy's row statistics
+    a.take(mw * 3 * N);
+    a.give(mw * 3 * N);
+  }
   a.stage(head_stage);
   a.take(w * 3 * X);  // d_lnf, d_x, d_prev
   a.stage(0);
@@ -163,6 +169,8 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
       a.give(w * X);
     }
     a.stage(block_stage[static_cast<std::size_t>(l)]);
+    const std::uint64_t dropped = m.dropout > 0 ? w * X : 0;  // d_out through the FFN's mask
+    a.take(dropped);
     a.take(w * X);  // d_ln2
     if (moe) {
       // d_returned, the combine weights' gradient, d_out, d_in, then inside the experts'
@@ -178,7 +186,11 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
       a.take(w * N * fl);
       a.give(w * N * fl);
     }
-    a.take(w * (X + N * hl + 3 * N * hl + X));  // d_mid, d_att, d_qkv, d_ln1
+    a.give(dropped);
+    a.take(w * (X + N * hl));  // d_mid, d_att
+    a.take(dropped);           // d_mid through the attention output's mask
+    a.give(dropped);
+    a.take(w * (3 * N * hl + X));  // d_qkv, d_ln1
     a.give(w * (X + X + N * hl + 3 * N * hl + X));
     a.stage(0);
     a.give(internals[static_cast<std::size_t>(l)] + w * X);  // the block's activations, input

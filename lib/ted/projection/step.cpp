@@ -212,14 +212,16 @@ ParameterParts block_parameters(const model::ModelConfig& m, const Layout& layou
 ParameterParts parameter_parts(const model::ModelConfig& m, const Layout& layout,
                                bool split_experts) {
   const std::uint64_t h = m.hidden, V = m.vocab;
+  // The token embedding: whole, or the tied table's rows of this tensor rank (padding included).
+  const std::uint64_t table = static_cast<std::uint64_t>(m.vocab_rows(layout.tensor)) * h;
   ParameterParts parts;
-  parts.dense = V * h + static_cast<std::uint64_t>(m.seq_len) * h;  // the embeddings
+  parts.dense = table + static_cast<std::uint64_t>(m.seq_len) * h;  // the embeddings
   for (int l = 0; l < m.layers; ++l) {
     const ParameterParts block = block_parameters(m, layout, split_experts, l);
     parts.dense += block.dense;
     parts.expert += block.expert;
   }
-  parts.dense += 2 * h + h * V;  // final LayerNorm, LM head
+  parts.dense += 2 * h + (m.tie_embeddings ? 0 : h * V);  // final LayerNorm, LM head (untied)
   return {padded(parts.dense, static_cast<std::uint64_t>(layout.expert) * layout.data),
           padded(parts.expert, static_cast<std::uint64_t>(layout.data))};
 }
@@ -282,6 +284,16 @@ std::vector<PlannedCollective> step_collectives(const StepShape& s) {
         exchange(exchange_of(s, layers[static_cast<std::size_t>(l)].capacity), 1);
     else
       exchange(formula, micro);
+  }
+  // The tied embedding over T > 1 ranks (model.tie_embeddings): the embedding's all-reduce in
+  // the forward and the LM head's input gradient in the backward, in the storage type; the
+  // vocabulary-parallel cross-entropy's row statistics in the master type: each row's max, then
+  // its sum of exponentials with its target's logit. Outside the blocks: never recomputed.
+  if (m.tie_embeddings && T > 1) {
+    r.all_reduce(tensor, N * h, micro * 2);
+    Planner statistics(plan, s.master_bytes());
+    statistics.all_reduce(tensor, N, micro);
+    statistics.all_reduce(tensor, 2 * N, micro);
   }
   if (!distributed) return plan;
   const model::ExchangePlan& x = formula;
@@ -351,7 +363,9 @@ std::vector<GemmShape> forward_gemms(const StepShape& s, const StepLoad& load, i
       g.push_back({N, h, fl});  // fc2 (row-parallel)
     }
   }
-  g.push_back({N, static_cast<double>(m.vocab), h});  // LM head
+  // The LM head: the whole vocabulary, or with tied embeddings this rank's slice of it (the
+  // vocabulary padded to a multiple of T, over T).
+  g.push_back({N, static_cast<double>(m.vocab_rows(s.layout.tensor)), h});
   return g;
 }
 
