@@ -238,6 +238,9 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", 
 KINDS = ("tensor", "expert", "expert_data", "nonexpert_data", "world", "other", "control")
 
 
+_ACTIVE = None  # the Ledger the wrapped collectives count in (Ledger.install)
+
+
 class Ledger:
     """Every collective deepspeed.comm makes (DeepSpeed's engine, ZeRO, its MoE layer, and the
     layers above), by operation and by which of the rank's groups it ran in, in our ledger's
@@ -298,17 +301,24 @@ class Ledger:
         self.seconds.clear()
 
     def total(self, op, kind=None):
-        return sum(v for (o, k), v in self.bytes.items() if o == op and (kind is None or k == kind))
+        """Bytes of `op` in group `kind`, or in all groups (control scalars left out)."""
+        return sum(v for (o, k), v in self.bytes.items()
+                   if o == op and (k == kind if kind else k != "control"))
 
     def install(self, cdb):
-        """Wraps cdb's collectives (deepspeed/comm/torch.py TorchBackend), whose arguments come
-        by position or by name: each call's are bound to the method's signature first."""
+        """Makes this the ledger cdb's collectives are counted in (deepspeed/comm/torch.py
+        TorchBackend), wrapping them the first time: their arguments come by position or by
+        name, so each call's are bound to the method's signature first."""
         import inspect
         import time
 
         import torch.distributed as tdist
 
-        ledger = self
+        global _ACTIVE
+        _ACTIVE = self
+        if getattr(cdb, "_ted_counted", False):
+            return
+        cdb._ted_counted = True
 
         def size(t):
             return t.numel() * t.element_size()
@@ -356,8 +366,8 @@ class Ledger:
                 bound.apply_defaults()
                 start = time.perf_counter()
                 result = _real(*args, **kwargs)
-                ledger.record(_op, bound.arguments.get("group"), _nbytes(bound.arguments),
-                              time.perf_counter() - start)
+                _ACTIVE.record(_op, bound.arguments.get("group"), _nbytes(bound.arguments),
+                               time.perf_counter() - start)
                 return result
 
             setattr(cdb, name, wrapper)

@@ -361,8 +361,8 @@ class Run:
         """(calls, bytes) of the expert all-to-alls of the last step on this rank."""
         if self.ted:
             ledger = self.ted.ledger
-            return (sum(v for (op, _), v in ledger.calls.items() if op == "all_to_all"),
-                    ledger.total("all_to_all"))
+            return (sum(v for (op, k), v in ledger.calls.items()
+                        if op == "all_to_all" and k != "control"), ledger.total("all_to_all"))
         return self.a2a.calls, self.a2a.bytes
 
     def ledger_columns(self):
@@ -374,7 +374,9 @@ class Run:
         for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
             for kind in ("tensor", "expert", "expert_data", "nonexpert_data"):
                 columns[f"{op}_{kind}_bytes"] = self.step_ledger.get((op, kind), 0)
-            columns[f"{op}_bytes"] = sum(v for (o, _), v in self.step_ledger.items() if o == op)
+            # ours keeps its control scalars off the ledger (megatron.Ledger.record)
+            columns[f"{op}_bytes"] = sum(v for (o, k), v in self.step_ledger.items()
+                                         if o == op and k != "control")
         return columns
 
     def memory_columns(self):

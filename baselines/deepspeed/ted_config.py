@@ -304,10 +304,11 @@ def _with_global_batch(cfg, point, global_batch):
 def train_deepspeed_config(cfg):
     """DeepSpeed's configuration for a ted_train config: "moe" at parallel.tp = 1 (T = 1, the
     switches of TED ignored), else DeepSpeed-TED by parallel.dtd and parallel.split_experts;
-    what DeepSpeed cannot run is refused (ConfigError naming the key)."""
+    what DeepSpeed cannot run is refused (ConfigError naming the key). The tied embedding is the
+    tensor-parallel model's only (at T = 1 too: its "ted" configuration, nothing to drop)."""
     p = cfg["parallel"]
     if p["tp"] <= 1:
-        return "moe"
+        return "ted" if cfg["model"]["tie_embeddings"] else "moe"
     for key, why in (("cac", "DeepSpeed has no communication-aware checkpointing"),
                      ("cac_all_reduce", "DeepSpeed has no communication-aware checkpointing"),
                      ("reduce_scatter", "DeepSpeed has no reduce-scatter in the expert block"),

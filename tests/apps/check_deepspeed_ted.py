@@ -1,6 +1,8 @@
 #!/usr/bin/python3
-"""Holds DeepSpeed-TED's runs to ours (tests/apps/deepspeed_ted.sh wrote them):
-    check_deepspeed_ted.py <work dir>
+"""Holds DeepSpeed-TED's runs to ours (tests/apps/deepspeed_ted.sh and deepspeed_ted_forms.sh
+wrote them):
+    check_deepspeed_ted.py <work dir>          (deepspeed_ted.sh)
+    check_deepspeed_ted.py <work dir> forms    (deepspeed_ted_forms.sh: see forms())
 For each DeepSpeed configuration (ted, ted-nodtd, ted-whole): ours_<name>.csv and
 deepspeed_<name>.csv (ted_train's schema, 3 steps on 4 ranks, T = 2, Ep = 2, D = 1),
 deepspeed_loads_<name>.csv (run.py --loads) and ours_loads.csv (print_workload loads). Prints
@@ -52,6 +54,55 @@ def close(a, b, tolerance):
 def b(row, op, group):
     return int(row[f"{op}_{group}_bytes"] or 0)
 
+
+def forms():
+    """The ablation's rows (ours.csv from ted_ablation: ted-baseline, ted+dtd, ted; DeepSpeed's
+    deepspeed.csv: one row per configuration, ted-nodtd and ted) and the tied embedding at T = 1
+    and T = 2 (tied_t1.csv, tied_t2.csv)."""
+    with open(work / "ours.csv", newline="") as handle:
+        ours_header = next(csv.reader(handle))
+    with open(work / "deepspeed.csv", newline="") as handle:
+        ds_header = next(csv.reader(handle))
+    check(ds_header == ours_header, f"DeepSpeed-TED's rows have ted_ablation's "
+          f"{len(ours_header)} columns, in its order")
+    mine = {r["system"]: r for r in read("ours.csv")}
+    ds = {r["system"].split("-", 2)[2]: r for r in read("deepspeed.csv")}
+    check(sorted(ds) == ["ted", "ted-nodtd"] and all(r["system"].startswith("deepspeed-0.")
+                                                     for r in ds.values()),
+          f"one row per DeepSpeed configuration, named deepspeed-<version>-<configuration>: "
+          f"{', '.join(r['system'] for r in ds.values())}")
+    for config, system in (("ted-nodtd", "ted-baseline"), ("ted", "ted+dtd")):
+        d, o = ds[config], mine[system]
+        for key in ("experiment", "G", "T", "Ep", "D", "model", "parameters", "micro_batch",
+                    "micro_batches", "checkpoint", "dtd", "all_to_all_calls", "all_to_all_bytes"):
+            check(d[key] == o[key], f"{config} = ours {system}: {key} {d[key]}")
+        # ZeRO-1: DeepSpeed all-reduces the gradients ours reduce-scatters (the same bytes).
+        check(int(d["all_reduce_bytes"]) == int(o["all_reduce_bytes"]) +
+              int(o["reduce_scatter_bytes"]) and d["reduce_scatter_bytes"] == "0",
+              f"{config}: all-reduce {d['all_reduce_bytes']} B = ours' tensor all-reduces "
+              f"{o['all_reduce_bytes']} + its gradient reduce-scatters {o['reduce_scatter_bytes']}")
+        check(float(d["final_loss"]) > 0 and abs(float(d["final_loss"]) /
+                                                  float(o["final_loss"]) - 1) < 0.01,
+              f"{config}: loss after one step {d['final_loss']}, ours {o['final_loss']} (1%: "
+              "which tokens a full expert drops is DeepSpeed's)")
+        for c in ("parameters", "gradients"):
+            check(d[f"peak_{c}_bytes"] == o[f"peak_{c}_bytes"],
+                  f"{config}: {c} {d[f'peak_{c}_bytes']} B, as ours")
+    t1, t2 = read("tied_t1.csv"), read("tied_t2.csv")
+    check(len(t1) == len(t2) == 3 and t1[0]["T"] == "1" and t2[0]["T"] == "2",
+          "the tied embedding ran 3 steps at T = 1 and at T = 2")
+    for a, b2 in zip(t1, t2):
+        for key in ("loss", "lm_loss", "aux_loss", "grad_norm"):
+            check(close(b2[key], a[key], 1e-5), f"tied, step {a['step']}: {key} at T = 2 "
+                  f"{b2[key]} = at T = 1 {a[key]}")
+    check(close(t2[-1]["fingerprint"], t1[-1]["fingerprint"], 1e-6),
+          f"tied: fingerprint at T = 2 {t2[-1]['fingerprint']} = at T = 1 "
+          f"{t1[-1]['fingerprint']}")
+
+
+if len(sys.argv) > 2 and sys.argv[2] == "forms":
+    forms()
+    sys.exit(0)
 
 ours_loads = (work / "ours_loads.csv").read_text()
 for name in ("ted", "ted-nodtd", "ted-whole"):
