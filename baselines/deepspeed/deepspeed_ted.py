@@ -8,6 +8,8 @@ the memory by category (memory_count.py).
 The run refuses to start (RuntimeError, one line) wherever DeepSpeed would silently train
 something else: without the mpu registered, or with other groups than the ones it was built for.
 """
+import os
+
 import torch
 
 import gpt_ted
@@ -134,6 +136,8 @@ class TedEngine:
         self.ledger.install(ds_comm.cdb)
         self.memory = memory_count.EngineMemory(self.engine)
         self.activations.excluded = self.memory.parameter_storages()
+        if os.environ.get("TED_DS_MEMORY_DETAIL"):  # the saved bytes at the peak by module
+            self.activations.attribute(self.model)
 
     def _check_layout(self, ds_groups):
         """DeepSpeed without the mpu treats every rank as a data-parallel copy: it broadcasts
@@ -165,6 +169,16 @@ class TedEngine:
 
     def after_step(self):
         self.memory.snapshot()
+
+    def print_memory_detail(self):
+        """rank 0, with TED_DS_MEMORY_DETAIL: the saved activations at the peak by module."""
+        if self.groups.rank != 0 or not self.activations.at_peak:
+            return
+        import sys
+        total = sum(self.activations.at_peak.values())
+        print(f"# saved activations at the peak on rank 0: {total} B", file=sys.stderr)
+        for owner, size in sorted(self.activations.at_peak.items(), key=lambda kv: -kv[1]):
+            print(f"#   {size:10d} B  {owner}", file=sys.stderr)
 
     def memory_peaks(self):
         """Bytes per category (memory_count.CATEGORIES) at their peak so far on this rank."""

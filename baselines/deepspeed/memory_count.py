@@ -128,10 +128,27 @@ class SavedActivations:
 
     def __init__(self):
         self.excluded = set()
-        self.live = {}  # storage pointer -> [bytes, holders]
+        self.live = {}  # storage pointer -> [bytes, holders, owner]
         self.current = 0
         self.peak = 0  # the largest micro-batch peak so far
         self.micro_peak = 0
+        # Where the bytes at the peak come from (attribute()): module name -> bytes.
+        self.names, self.stack, self.at_peak = None, [], {}
+
+    def attribute(self, model):
+        """Keep, at each new peak, the live bytes by the module that saved them (the innermost
+        one running; for reading, not for the CSV): forward hooks on every module."""
+        self.names = {id(m): n or "model" for n, m in model.named_modules()}
+
+        def enter(module, args):
+            self.stack.append(self.names[id(module)])
+
+        def leave(module, args, output):  # returns None: the output stays the module's
+            self.stack.pop()
+
+        for module in model.modules():
+            module.register_forward_pre_hook(enter)
+            module.register_forward_hook(leave)
 
     def _release(self, key):
         entry = self.live.get(key)
@@ -151,9 +168,14 @@ class SavedActivations:
             return holder
         entry = self.live.get(ptr)
         if entry is None:
-            self.live[ptr] = [nbytes, 1]
+            self.live[ptr] = [nbytes, 1, self.stack[-1] if self.stack else "outside modules"]
             self.current += nbytes
-            self.micro_peak = max(self.micro_peak, self.current)
+            if self.current > self.micro_peak:
+                self.micro_peak = self.current
+                if self.names is not None and self.current > self.peak:
+                    self.at_peak = {}
+                    for size, _, owner in self.live.values():
+                        self.at_peak[owner] = self.at_peak.get(owner, 0) + size
         else:
             entry[1] += 1
         weakref.finalize(holder, self._release, ptr)

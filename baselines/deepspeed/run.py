@@ -276,6 +276,10 @@ class Run:
             self.ted = deepspeed_ted.TedEngine(point, cfg, gpt_moe.optimizer_groups,
                                                make_optimizer, config, schedule)
             self.engine, self.probe = self.ted.engine, self.ted.probe
+            if self.rank == 0:  # the groups each side makes, by kind (rank 0's)
+                ours, theirs = self.ted.describe_groups()
+                print("# groups of rank 0, ours / DeepSpeed's: " + ", ".join(
+                    f"{kind} {ours[kind]} / {theirs[kind]}" for kind in ours), flush=True)
             self.parameters = gpt_ted.parameter_count(cfg, m["tie_embeddings"])
             self.a2a = None
         else:
@@ -339,6 +343,7 @@ class Run:
         seconds = time.perf_counter() - start
         if self.ted:
             self.ted.after_step()
+            self.ted.print_memory_detail()
             self.step_ledger = dict(self.ted.ledger.bytes)
             a2a_seconds = sum(v for (op, _), v in self.ted.ledger.seconds.items()
                               if op == "all_to_all")
@@ -380,10 +385,14 @@ class Run:
         return columns
 
     def memory_columns(self):
-        """peak_<category>_bytes of this rank so far (DeepSpeed-TED), {} otherwise."""
+        """peak_<category>_bytes so far, the largest over the ranks, each category on its own
+        (as ours writes them), DeepSpeed-TED's (memory_count.py); {} otherwise. Collective."""
         if not self.ted:
             return {}
-        return {f"peak_{c}_bytes": v for c, v in self.ted.memory_peaks().items()}
+        peaks = self.ted.memory_peaks()
+        values = self.torch.tensor(list(peaks.values()), dtype=self.torch.int64)
+        self.dist.all_reduce(values, op=self.dist.ReduceOp.MAX)
+        return {f"peak_{c}_bytes": int(v) for c, v in zip(peaks, values.tolist())}
 
     def peak_bytes(self):
         if self.device.type != "cuda":
