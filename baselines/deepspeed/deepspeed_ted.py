@@ -27,7 +27,8 @@ CONFIGS = {
     # MoE(enable_expert_tensor_parallelism=False): whole experts, each rank running its 1/T of
     # the capacity (DeepSpeed drops the duplicates here too; without dropping this mode would
     # run every token T times and sum T copies of the expert gradients)
-    "ted-whole": {"experts": "whole", "dtd": True, "ours": "ted+dtd (parallel.split_experts=false)"},
+    "ted-whole": {"experts": "whole", "dtd": True,
+                  "ours": "ted+dtd (parallel.split_experts=false)"},
 }
 
 

@@ -54,8 +54,9 @@ def main():
                                     [int(x) for x in l.partition("-")[0].split("x")]))
     for layout in layouts:
         ours = one_row(runs / f"ours_{layout}.csv", lambda r: True)
-        ds = one_row(runs / f"deepspeed_{layout}.csv", lambda r: r["system"].startswith("deepspeed"))
-        tied = one_row(runs / f"tied_{layout}.csv", lambda r: r["system"].startswith("deepspeed"))
+        deepspeed_row = lambda r: r["system"].startswith("deepspeed")  # noqa: E731
+        ds = one_row(runs / f"deepspeed_{layout}.csv", deepspeed_row)
+        tied = one_row(runs / f"tied_{layout}.csv", deepspeed_row)
         projection = one_row(runs / f"projection_{layout}.csv", lambda r: True)
         for side in (ds, tied, projection):
             for key in ("G", "T", "Ep", "D", "model"):
@@ -65,8 +66,9 @@ def main():
         lines = [f"### T = {ours['T']}, Ep = {ours['Ep']}, D = {ours['D']} ({ours['G']} ranks)"
                  f"{', ' + variant if variant else ''}, {ours['model']}, {ours['dtype']}, ours "
                  f"{ours['system']}, DeepSpeed {ds['system']}", "",
-                 "| category | ours (KiB) | DeepSpeed, untied (KiB) | DeepSpeed, tied vocab-parallel "
-                 "(KiB) | projection (KiB) | ours / DeepSpeed | projection / DeepSpeed |",
+                 "| category | ours (KiB) | DeepSpeed, untied (KiB) | DeepSpeed, tied "
+                 "vocab-parallel (KiB) | projection (KiB) | ours / DeepSpeed | "
+                 "projection / DeepSpeed |",
                  "|---|---:|---:|---:|---:|---:|---:|"]
         for c in CATEGORIES:
             key = f"peak_{c}_bytes"
@@ -95,11 +97,11 @@ def main():
         "where ours holds more: [docs/deepspeed.md](../../docs/deepspeed.md), \"Memory beside "
         "DeepSpeed's\"). Per rank, the largest over the ranks, one optimizer step of "
         "`experiments/ablation/cpu.yaml`'s model (system ted+dtd) on CPU ranks, in fp32 unless "
-        "the heading says otherwise. Ours: the tracking "
-        "allocator's peak per category (`ted_ablation`); DeepSpeed: its own tensors at their "
-        "largest over the step (`baselines/deepspeed/memory_count.py`: ZeRO's flat weights, the gradients, "
-        "ZeRO's fp32 partitions and Adam's moments, the reduce buckets, the fp32 gradient "
-        "partition of the step, the tensors autograd saves for backward); the projection: "
+        "the heading says otherwise. Ours: the tracking allocator's peak per category "
+        "(`ted_ablation`); DeepSpeed: its own tensors at their largest over the step "
+        "(`baselines/deepspeed/memory_count.py`: ZeRO's flat weights, the gradients, ZeRO's "
+        "fp32 partitions and Adam's moments, the reduce buckets, the fp32 gradient partition "
+        "of the step, the tensors autograd saves for backward); the projection: "
         "`ted_project experiment` (`lib/ted/projection/memory.cpp`). A ratio is empty where "
         f"DeepSpeed holds none. CPU: {cpu_name()}.",
         ""] + [s + "\n" for s in sections]

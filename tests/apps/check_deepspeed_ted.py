@@ -156,7 +156,8 @@ for name in ("ted", "ted-nodtd", "ted-whole"):
             check(b(d, "all_gather", "expert_data") == (b(o, "all_gather", "expert_data")
                                                         if D > 1 else 0),
                   f"{name} step {step}: expert all-gather {b(d, 'all_gather', 'expert_data')} "
-                  f"B (ours counts its call in a group of one rank: {b(o, 'all_gather', 'expert_data')})")
+                  f"B (ours counts its call in a group of one rank: "
+                  f"{b(o, 'all_gather', 'expert_data')})")
     for category in ("parameters", "gradients"):
         key = f"peak_{category}_bytes"
         check(ds[-1][key] == ours[-1][key], f"{name}: DeepSpeed holds {ds[-1][key]} B of "
