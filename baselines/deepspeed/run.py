@@ -8,6 +8,12 @@ clipping, fp32 on the CPU (bf16/fp16 on GPUs by run.dtype), expert parallelism E
 parallelism as our `deepspeed-moe` system lays the point out (T = 1), with the same micro-batch,
 micro-batches, tokens per step and the very tokens (our synthetic source, ported).
 
+DeepSpeed-TED (deepspeed_ted.py): with --systems, each of the experiment's systems runs as the
+DeepSpeed configuration equal to it at the point's T (the tensor-parallel model of gpt_ted.py
+under deepspeed.initialize(mpu=...), system deepspeed-<version>-<configuration>); a ted_train
+config with parallel.tp > 1 (or model.tie_embeddings) runs so by its parallel.* switches. Its rows
+add the bytes of every collective per group (the ledger columns) and the memory by category.
+
 Experiments: one row per point, appended to --csv (default results/local/<experiment>/deepspeed_<config>.csv)
 (--csv), as soon as it is measured: system deepspeed-<version>, time per iteration (median,
 p10, p90 of the slowest rank's, from a common barrier, after run.warmup), tokens/s, model
