@@ -33,8 +33,9 @@ def percentile(values, q):
 
 
 ours, theirs = rows(f"{out}/ted_ablation_ours.csv"), rows(f"{out}/ted_ablation_deepspeed.csv")
-quiet_note = ("every round under an exclusive lock: no build or test of the machine's other "
-              "users ran while it was timed" if exclusive else "shared with other work")
+quiet_note = ("every round under an exclusive lock of the file the machine's other sessions "
+              "lock (shared) for their builds and tests, so none of those ran while it was timed"
+              if exclusive else "shared with other work")
 print(f"# Ours against DeepSpeed-TED on this machine\n\nCPU: {cpu}, {cores} cores, "
       f"{quiet_note}; the rounds alternate which side goes first. {versions}. Revision "
       f"{revision}. {rounds} rounds; fp32, one thread per rank, ZeRO-1 on both sides, the same "
