@@ -50,3 +50,27 @@ def hash_last(seed, stream, a, b, c):
 def uniform_array(bits):
     """uniform() of every element of a uint64 array (exact: the top 53 bits fit a double)."""
     return ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * (1.0 / 9007199254740992.0)
+
+
+INIT = 1  # random.hpp kInit: parameter initialisation, (tensor name's key, element)
+
+
+def name_key(name):
+    """lib/ted/model/params.cpp name_key: FNV-1a over the tensor name's bytes."""
+    h = 0xCBF29CE484222325
+    for byte in name.encode():
+        h = ((h ^ byte) * 0x100000001B3) & MASK
+    return h
+
+
+def init_normal(seed, name, count, std):
+    """Our initial values of a whole tensor of `count` elements named `name` (params.cpp
+    allocate, cpu_ops.cpp init_normal): element i is std x random.hpp normal(seed, kInit,
+    name_key(name), i), Box-Muller on two hashes of the key, in doubles, rounded to float32."""
+    index = np.arange(count, dtype=np.uint64)
+    h = mix64(mix64(seed ^ ((INIT * 0xD1B54A32D192ED03) & MASK)) ^ name_key(name))
+    keyed = _mix64_array(np.uint64(h) ^ index)
+    u1 = uniform_array(_mix64_array(keyed ^ np.uint64(0)))
+    u2 = uniform_array(_mix64_array(keyed ^ np.uint64(1)))
+    normal = np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2)
+    return (std * normal).astype(np.float32)

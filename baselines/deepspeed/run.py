@@ -8,6 +8,12 @@ clipping, fp32 on the CPU (bf16/fp16 on GPUs by run.dtype), expert parallelism E
 parallelism as our `deepspeed-moe` system lays the point out (T = 1), with the same micro-batch,
 micro-batches, tokens per step and the very tokens (our synthetic source, ported).
 
+DeepSpeed-TED (deepspeed_ted.py): with --systems, each of the experiment's systems runs as the
+DeepSpeed configuration equal to it at the point's T (the tensor-parallel model of gpt_ted.py
+under deepspeed.initialize(mpu=...), system deepspeed-<version>-<configuration>); a ted_train
+config with parallel.tp > 1 (or model.tie_embeddings) runs so by its parallel.* switches. Its rows
+add the bytes of every collective per group (the ledger columns) and the memory by category.
+
 Experiments: one row per point, appended to --csv (default results/local/<experiment>/deepspeed_<config>.csv)
 (--csv), as soon as it is measured: system deepspeed-<version>, time per iteration (median,
 p10, p90 of the slowest rank's, from a common barrier, after run.warmup), tokens/s, model
@@ -242,22 +248,15 @@ class Run:
         self.rank, self.world = self.dist.get_rank(), self.dist.get_world_size()
         self.device = torch.device(self.accelerator.device_name(
             self.accelerator.current_device()) if r["backend"] == "cuda" else "cpu")
+        import deepspeed_ted
+        deepspeed_ted.reset_deepspeed_state()  # a launch's earlier point laid out otherwise
         torch.manual_seed(cfg["training"]["seed"])
-        model = gpt_moe.GptMoe(cfg, point.Ep)
-        gpt_moe.initialise(model, m["init_std"], cfg["training"]["seed"],
-                           self.rank % point.Ep, m["experts"] // point.Ep)
-        # Each MoE layer's per-expert loads and drops, and a forced workload's experts.
-        self.probe = RoutingProbe(model, cfg, sharded_moe, torch)
         self.loads, self.dropped = None, 0  # the last step's, over the global batch
-        self.parameters = gpt_moe.parameter_count(cfg)
-        groups = split_params_into_different_moe_groups_for_optimizer(
-            gpt_moe.optimizer_groups(model))
-        optimizer = torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]),
-                                      eps=o["eps"], weight_decay=o["weight_decay"])
         config = {
             "train_micro_batch_size_per_gpu": d["micro_batch"],
             "gradient_accumulation_steps": d["micro_batches"],
-            "train_batch_size": d["micro_batch"] * d["micro_batches"] * self.world,
+            # the data-parallel ranks: all of them at T = 1, G / T under DeepSpeed-TED
+            "train_batch_size": d["micro_batch"] * d["micro_batches"] * (self.world // point.T),
             "gradient_clipping": o["grad_clip"],
             "zero_optimization": {"stage": 1 if cfg["parallel"]["zero1"] else 0},
             "zero_allow_untested_optimizer": True,
@@ -271,52 +270,135 @@ class Run:
                               "loss_scale_window": r["loss_scale_window"]}
         schedule = lambda opt: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
             opt, lambda step: learning_rate(o, step, total_steps) / o["lr"])
-        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
-                                                    lr_scheduler=schedule, config=config)
+
+        def make_optimizer(groups):
+            return torch.optim.AdamW(split_params_into_different_moe_groups_for_optimizer(groups),
+                                     lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"],
+                                     weight_decay=o["weight_decay"])
+
+        self.ted = None
+        if point.ds_config != "moe":  # DeepSpeed-TED: the tensor-parallel model, the mpu
+            import gpt_ted
+            self.ted = deepspeed_ted.TedEngine(point, cfg, gpt_moe.optimizer_groups,
+                                               make_optimizer, config, schedule)
+            self.engine, self.probe = self.ted.engine, self.ted.probe
+            if self.rank == 0:  # the groups each side makes, by kind (rank 0's)
+                ours, theirs = self.ted.describe_groups()
+                print("# groups of rank 0, ours / DeepSpeed's: " + ", ".join(
+                    f"{kind} {ours[kind]} / {theirs[kind]}" for kind in ours), flush=True)
+            self.parameters = gpt_ted.parameter_count(cfg, m["tie_embeddings"])
+            self.a2a = None
+        else:
+            model = gpt_moe.GptMoe(cfg, point.Ep)
+            gpt_moe.initialise(model, m["init_std"], cfg["training"]["seed"],
+                               self.rank % point.Ep, m["experts"] // point.Ep)
+            # Each MoE layer's per-expert loads and drops, and a forced workload's experts.
+            self.probe = RoutingProbe(model, cfg, sharded_moe, torch)
+            self.parameters = gpt_moe.parameter_count(cfg)
+            self.engine, _, _, _ = deepspeed.initialize(model=model,
+                                                        optimizer=make_optimizer(
+                                                            gpt_moe.optimizer_groups(model)),
+                                                        lr_scheduler=schedule, config=config)
+            self.a2a = AllToAllCounter(sharded_moe, self.accelerator)
         self.gpt_moe = gpt_moe
         self.source = gpt_moe.make_source(cfg)
-        self.a2a = AllToAllCounter(sharded_moe, self.accelerator)
         self.flops_per_step = gpt_moe.model_flops(cfg, point.tokens_per_step())
+        self.step_ledger = {}  # DeepSpeed-TED: the last step's bytes per (operation, group)
 
     def step(self, step):
         """One optimizer step: (slowest rank's seconds, lm loss, aux loss, lr, grad norm,
         all-to-all seconds of the slowest rank); losses are means over the global batch. Its
         per-expert loads ([MoE layers, E], before drops) and dropped choices, summed over the
-        ranks as ours sums them over the data-parallel ranks: self.loads, self.dropped."""
+        data-parallel ranks as ours sums them: self.loads, self.dropped. DeepSpeed-TED: the
+        data-parallel rank is the rank's place in its non-expert data group (every rank of a
+        tensor group takes the same micro-batch), the step's collectives are in self.step_ledger
+        (this rank's, as ours writes rank 0's) and the memory peaks are updated."""
         torch, cfg = self.torch, self.point.cfg
         d, seq = cfg["data"], cfg["model"]["seq_len"]
         micro = d["micro_batches"]
+        aux_coeff = cfg["gating"]["aux_coeff"]
         lr = self.engine.get_lr()[0]
-        self.a2a.reset()
+        if self.ted:
+            g = self.ted.groups
+            data_parallel, data_rank, sum_group = len(g.data_ranks), g.data_ranks.index(
+                g.rank), g.data
+            self.ted.ledger.clear()
+        else:
+            data_parallel, data_rank, sum_group = self.world, self.rank, None
+            self.a2a.reset()
         self.probe.begin_step(step)
         self.dist.barrier()
         start = time.perf_counter()
         sums = [0.0, 0.0]
         for m in range(micro):
-            # Global micro-batch m * DP + rank, as lib/ted/train/trainer.cpp hands them out.
-            first = (step * micro * self.world + m * self.world + self.rank) * d["micro_batch"]
+            # Global micro-batch m * DP + data rank, as lib/ted/train/trainer.cpp hands them out.
+            first = (step * micro * data_parallel + m * data_parallel + data_rank) * \
+                d["micro_batch"]
             self.probe.begin_micro_batch(first)
             tokens, targets = self.gpt_moe.micro_batch(
                 self.source, first, d["micro_batch"], seq, self.device)
-            lm, aux = self.engine(tokens, targets)
-            self.engine.backward(lm + cfg["gating"]["aux_coeff"] * aux)
+            if self.ted:
+                lm, aux = self.ted.forward_backward(tokens, targets, aux_coeff)
+            else:
+                lm, aux = self.engine(tokens, targets)
+                self.engine.backward(lm + aux_coeff * aux)
             self.engine.step()
             sums[0] += lm.item()
             sums[1] += aux.item()
         self.accelerator.synchronize()
         seconds = time.perf_counter() - start
-        slowest = torch.tensor([seconds, self.a2a.seconds], dtype=torch.float64)
+        if self.ted:
+            self.ted.after_step()
+            self.ted.print_memory_detail()
+            self.step_ledger = dict(self.ted.ledger.bytes)
+            a2a_seconds = sum(v for (op, _), v in self.ted.ledger.seconds.items()
+                              if op == "all_to_all")
+        else:
+            a2a_seconds = self.a2a.seconds
+        slowest = torch.tensor([seconds, a2a_seconds], dtype=torch.float64)
         self.dist.all_reduce(slowest, op=self.dist.ReduceOp.MAX)
         losses = torch.tensor(sums, dtype=torch.float64)
-        self.dist.all_reduce(losses)
-        losses /= micro * self.world
+        self.dist.all_reduce(losses, group=sum_group)
+        losses /= micro * data_parallel
         loads, dropped = self.probe.step_counts()
         counts = torch.tensor(loads.ravel().tolist() + [dropped], dtype=torch.int64)
-        self.dist.all_reduce(counts)
+        self.dist.all_reduce(counts, group=sum_group)
         self.loads, self.dropped = counts[:-1].numpy().reshape(loads.shape), int(counts[-1])
         norm = self.engine.get_global_grad_norm()
         norm = float(norm) if norm is not None else None
         return slowest[0].item(), losses[0].item(), losses[1].item(), lr, norm, slowest[1].item()
+
+    def a2a_totals(self):
+        """(calls, bytes) of the expert all-to-alls of the last step on this rank."""
+        if self.ted:
+            ledger = self.ted.ledger
+            return (sum(v for (op, k), v in ledger.calls.items()
+                        if op == "all_to_all" and k != "control"), ledger.total("all_to_all"))
+        return self.a2a.calls, self.a2a.bytes
+
+    def ledger_columns(self):
+        """The ledger columns of our schemas (<op>_<group>_bytes) from the last step, with the
+        totals per operation of the experiments' schema; {} at T = 1 (not counted there)."""
+        if not self.ted:
+            return {}
+        columns = {}
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+            for kind in ("tensor", "expert", "expert_data", "nonexpert_data"):
+                columns[f"{op}_{kind}_bytes"] = self.step_ledger.get((op, kind), 0)
+            # ours keeps its control scalars off the ledger (megatron.Ledger.record)
+            columns[f"{op}_bytes"] = sum(v for (o, k), v in self.step_ledger.items()
+                                         if o == op and k != "control")
+        return columns
+
+    def memory_columns(self):
+        """peak_<category>_bytes so far, the largest over the ranks, each category on its own
+        (as ours writes them), DeepSpeed-TED's (memory_count.py); {} otherwise. Collective."""
+        if not self.ted:
+            return {}
+        peaks = self.ted.memory_peaks()
+        values = self.torch.tensor(list(peaks.values()), dtype=self.torch.int64)
+        self.dist.all_reduce(values, op=self.dist.ReduceOp.MAX)
+        return {f"peak_{c}_bytes": int(v) for c, v in zip(peaks, values.tolist())}
 
     def peak_bytes(self):
         if self.device.type != "cuda":
@@ -329,6 +411,9 @@ class Run:
     def fingerprint(self):
         """Sum of squares of all parameters over the layout (each element once), as ours."""
         torch = self.torch
+        if self.ted:
+            import gpt_ted
+            return gpt_ted.fingerprint(self.engine.module, self.ted.groups, self.dist)
         total = torch.zeros(1, dtype=torch.float64)
         for name, p in self.engine.module.named_parameters():
             expert = ".deepspeed_experts." in name
@@ -347,7 +432,11 @@ class Run:
         grad_dtype = names.get(self.engine.communication_data_type,
                                str(self.engine.communication_data_type))
         fused = self.point.cfg["model"]["attention"] != "materialized"
-        return {"system": f"deepspeed-{deepspeed.__version__}",
+        system = f"deepspeed-{deepspeed.__version__}"
+        if self.ted:
+            import deepspeed_ted
+            system = deepspeed_ted.system_name(deepspeed.__version__, self.point.ds_config)
+        return {"system": system,
                 "device": f"{device} (torch {torch.__version__})",
                 "comm": self.dist.get_backend(), "grad_dtype": grad_dtype,
                 "attention": "torch-sdpa" if fused else "materialized"}
@@ -366,14 +455,17 @@ def run_experiment_point(point, cfg, args, command, revision):
             times.append(seconds * 1e3)
             a2a_times.append(a2a_seconds * 1e3)
     m, d = point.cfg["model"], point.cfg["data"]
-    row = {"experiment": cfg["experiment"], "G": point.G, "T": 1, "Ep": point.Ep, "D": point.D,
+    calls, a2a_bytes = run.a2a_totals()
+    dtd = int(point.ds_config in ("ted", "ted-whole"))
+    row = {"experiment": cfg["experiment"], "G": point.G, "T": point.T, "Ep": point.Ep,
+           "D": point.D,
            "model": point.model_name, "layers": m["layers"], "hidden": m["hidden"],
            "heads": m["heads"], "experts": m["experts"], "top_k": point.cfg["gating"]["top_k"],
            "parameters": run.parameters, "seq_len": m["seq_len"], "micro_batch": d["micro_batch"],
            "micro_batches": d["micro_batches"], "backend": r["backend"], "dtype": r["dtype"],
-           "checkpoint": int(m["checkpoint"]), "dtd": 0, "cac": 0, "reduce_scatter": 0,
-           "warmup": warmup, "iters": iters, "all_to_all_calls": run.a2a.calls,
-           "all_to_all_bytes": run.a2a.bytes, "peak_total_bytes": run.peak_bytes(),
+           "checkpoint": int(m["checkpoint"]), "dtd": dtd, "cac": 0, "reduce_scatter": 0,
+           "warmup": warmup, "iters": iters, "all_to_all_calls": calls,
+           "all_to_all_bytes": a2a_bytes, "peak_total_bytes": run.peak_bytes(),
            "status": "measured", "final_loss": loss, "git_revision": revision,
            "command": command, "threads": run.torch.get_num_threads(), "slurm_job": slurm_job(),
            "run_id": RUN_ID,
@@ -381,6 +473,9 @@ def run_experiment_point(point, cfg, args, command, revision):
            # straggler columns stay empty: its MoE layer does not report them per expert.
            "workload": "learned", "dropless": int(point.cfg["gating"]["dropless"])}
     row.update(run.describe())
+    ledger = run.ledger_columns()
+    row.update({k: v for k, v in ledger.items() if k in EXPERIMENT_COLUMNS})
+    row.update(run.memory_columns())
     if times:
         median = percentile(times, 50)
         row.update(time_ms_median=median, time_ms_p10=percentile(times, 10),
@@ -391,8 +486,11 @@ def run_experiment_point(point, cfg, args, command, revision):
         append_rows(args.csv, EXPERIMENT_COLUMNS, [row])
         timing = (f"{row['time_ms_median']:9.2f} ms/iter (p10 {row['time_ms_p10']:.2f} p90 "
                   f"{row['time_ms_p90']:.2f}), {row['tokens_per_s']:.3g} tok/s, ") if times else ""
-        print(f"{row['system']} G={point.G} T=1 Ep={point.Ep} D={point.D} {point.model_name} "
-              f"{timing}a2a {run.a2a.bytes} B x {run.a2a.calls}, loss {loss:.4f}", flush=True)
+        mirrors = f" (as ours {point.system}{'; ' + point.note if point.note else ''})" \
+            if point.ds_config != "moe" else ""
+        print(f"{row['system']}{mirrors} G={point.G} T={point.T} Ep={point.Ep} D={point.D} "
+              f"{point.model_name} {timing}a2a {a2a_bytes} B x {calls}, loss {loss:.4f}",
+              flush=True)
     return run
 
 
@@ -427,15 +525,19 @@ def run_training(point, cfg, args, command, revision):
                    "grad_norm": norm, "dropped": run.dropped, "seconds": seconds,
                    "tokens_per_s": tokens / seconds,
                    "gflops_per_s": run.flops_per_step / point.G / seconds / 1e9, "G": point.G,
-                   "T": 1, "Ep": point.Ep, "D": point.D, "dtd": 0, "cac": 0, "reduce_scatter": 0,
+                   "T": point.T, "Ep": point.Ep, "D": point.D,
+                   "dtd": int(point.ds_config in ("ted", "ted-whole")), "cac": 0,
+                   "reduce_scatter": 0,
                    "zero1": int(cfg["parallel"]["zero1"]), "tile_elems": 0,
                    "backend": cfg["run"]["backend"], "dtype": cfg["run"]["dtype"],
                    "loss_scale": float(getattr(run.engine.optimizer, "cur_scale", 1.0)),
-                   "skipped": 0, "all_to_all_expert_bytes": run.a2a.bytes,
+                   "skipped": 0, "all_to_all_expert_bytes": run.a2a_totals()[1],
                    "git_revision": revision, "command": command}
             described = run.describe()
             row.update(comm=described["comm"], device=described["device"],
                        grad_dtype=described["grad_dtype"], attention=described["attention"])
+            row.update({k: v for k, v in run.ledger_columns().items() if k in TRAIN_COLUMNS})
+            row.update(run.memory_columns())
             rows.append(row)
             if run.rank == 0 and (step % cfg["training"]["log_every"] == 0 or step + 1 == steps):
                 print(f"step {step + 1:5d}/{steps} loss {loss:.4f} lm {lm:.4f} aux {aux:.4f} "
@@ -468,6 +570,9 @@ def main():
     parser.add_argument("--csv", help="CSV (default results/local/<experiment>/deepspeed_<config>.csv, ignored by git)")
     parser.add_argument("--loads", help="ted_train configs: each step's per-expert loads to this "
                         "file (step,layer,expert,load; a last line dropped,<total>)")
+    parser.add_argument("--systems", help="experiments: our systems to run as DeepSpeed's "
+                        "configuration equal to each (comma list, or 'all': the config's "
+                        "systems); default deepspeed-moe alone (DeepSpeed-MoE, T = 1)")
     parser.add_argument("--check", action="store_true", help="validate only, run nothing")
     parser.add_argument("--ranks", type=int, help="with --check: the rank count to check for")
     parser.add_argument("--list-ranks", action="store_true",
@@ -489,13 +594,20 @@ def main():
         columns = TRAIN_COLUMNS if train else EXPERIMENT_COLUMNS
         if args.loads and not train:
             raise ted_config.ConfigError("--loads is for ted_train configs (one row per step)")
+        systems = None
+        if args.systems:
+            if train:
+                raise ted_config.ConfigError("--systems is for experiments (a ted_train config "
+                                             "runs its parallel.* switches)")
+            systems = [s.strip() for s in args.systems.split(",") if s.strip()]
         if not train:
             check_appendable(args.csv, columns)
         elif Path(args.csv).is_dir():
             raise ted_config.ConfigError(f"key 'training.csv': '{args.csv}' is a directory")
         if args.list_ranks:
             ranks = args.ranks or int(os.environ.get("SLURM_NTASKS", "1"))
-            counts = sorted({p.G for p in ted_config.all_points(cfg, ranks) if p.G <= ranks})
+            counts = sorted({p.G for p in ted_config.all_points(cfg, ranks, systems)
+                             if p.G <= ranks})
             if not counts:
                 raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {ranks} ranks")
             print(" ".join(map(str, counts)))
@@ -504,7 +616,7 @@ def main():
             ranks = args.ranks or int(os.environ.get("SLURM_NTASKS", "1"))
             if ranks < 1:
                 raise ted_config.ConfigError(f"--ranks must be positive, got {ranks}")
-            points, skipped = ted_config.plan(cfg, ranks)
+            points, skipped = ted_config.plan(cfg, ranks, systems)
             if not points:
                 raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {ranks} ranks")
             for line in skipped:
@@ -514,7 +626,7 @@ def main():
             return 0
         os.environ.setdefault("DS_ACCELERATOR", cfg["run"]["backend"])
         rank, world = distributed_environment()
-        points, skipped = ted_config.plan(cfg, world)
+        points, skipped = ted_config.plan(cfg, world, systems)
         if not points:
             raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {world} ranks: "
                                          + "; ".join(skipped))

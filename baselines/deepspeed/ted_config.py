@@ -1,8 +1,11 @@
 """Our YAML configs, read for the DeepSpeed runner: the keys, defaults and rules of
 lib/ted/train/train_config.hpp and lib/ted/experiments/harness.hpp (a wrong key or value is a
-ConfigError naming the file and key), and the points each experiment measures, laid out as our
-`deepspeed-moe` system lays them (make_point in lib/ted/experiments/plans.cpp): T = 1, the tensor ranks becoming
-data ranks, so DeepSpeed runs the same model, micro-batches and tokens per step.
+ConfigError naming the file and key), and the points each experiment measures. By default laid
+out as our `deepspeed-moe` system lays them (make_point in lib/ted/experiments/plans.cpp): T = 1,
+the tensor ranks becoming data ranks, so DeepSpeed runs the same model, micro-batches and tokens
+per step. With `systems` (run.py --systems) each of our systems runs as DeepSpeed's configuration
+that equals it (DEEPSPEED_OF), at the point's T: DeepSpeed-TED (deepspeed_ted.py); a ted_train
+config with parallel.tp > 1 runs DeepSpeed-TED by its parallel.* switches.
 """
 import copy
 import math
@@ -24,7 +27,10 @@ class ConfigError(Exception):
 DEFAULTS = {
     "model": {"vocab": 64, "seq_len": 32, "hidden": 64, "heads": 4, "layers": 2, "ffn_mult": 4,
               "experts": 4, "expert_interval": 2, "checkpoint": False, "attention": "auto",
-              "init_std": 0.02},
+              "init_std": 0.02,
+              # The vocabulary-parallel tied embedding and dropout of the model change to come in
+              # ours (docs/deepspeed.md, "DeepSpeed-TED"): the tied form runs here already.
+              "tie_embeddings": False, "dropout": 0.0},
     "gating": {"top_k": 1, "capacity_factor": 1.0, "min_capacity": 4,
                "random_token_selection": False, "second_choice_noise": False, "dropless": False,
                "aux_coeff": 0.01},
@@ -183,6 +189,9 @@ def _validate(cfg):
         raise ConfigError("gating.capacity_factor must be positive and at most model.experts")
     if g["min_capacity"] < 0 or g["aux_coeff"] < 0:
         raise ConfigError("gating.min_capacity and gating.aux_coeff must not be negative")
+    if m["dropout"] != 0:
+        raise ConfigError("model.dropout: the DeepSpeed runner has no dropout yet (ours has "
+                          "none to compare with: its masks would have to be ported first)")
     if not 0 < m["init_std"] <= 1:
         raise ConfigError(f"model.init_std must be in (0, 1], got {m['init_std']}")
     if o["lr"] <= 0 or o["min_lr"] < 0 or o["warmup_steps"] < 0 or o["grad_clip"] < 0:
@@ -214,17 +223,57 @@ def _validate(cfg):
         raise ConfigError(f"unknown experiment '{cfg['experiment']}'")
 
 
+# Our systems and DeepSpeed's configuration equal to each (deepspeed_ted.CONFIGS): "moe" is
+# DeepSpeed-MoE (T = 1, no mpu); the others DeepSpeed-TED at the point's T. CAC DeepSpeed does
+# not have: a system with it runs without (the recompute redoes the collectives, the row says
+# cac 0). The reduce-scatter and the overlap it has no counterpart of: skipped with a line.
+def deepspeed_of(system, split_experts=True):
+    """(DeepSpeed configuration, note) for one of our systems, or (None, why not)."""
+    if system == "deepspeed-moe":
+        return "moe", ""
+    parts = {"ted": {"dtd", "cac"}, "ted-baseline": set()}.get(system)
+    if parts is None:
+        if not system.startswith("ted+"):
+            return None, f"unknown system '{system}'"
+        parts = set(system[4:].split("+"))
+        if any(p.startswith("overlap") for p in parts):
+            return None, "DeepSpeed has no overlapped MoE exchange"
+    if "rs" in parts:
+        return None, "DeepSpeed has no reduce-scatter in the expert block"
+    note = "no CAC in DeepSpeed: its recompute runs the collectives again" if "cac" in parts \
+        else ""
+    if not split_experts:
+        if "dtd" not in parts:
+            return None, "DeepSpeed drops the duplicate tokens of whole experts always (T > 1)"
+        return "ted-whole", note
+    return ("ted" if "dtd" in parts else "ted-nodtd"), note
+
+
 class Point:
     """One configuration DeepSpeed runs: the config with the point's model and micro-batches,
-    and the deepspeed-moe layout (T = 1, Ep, D)."""
+    and the layout: DeepSpeed-MoE's (ds_config "moe": T = 1, Ep, D = G / Ep, our
+    deepspeed-moe's) or DeepSpeed-TED's (T, Ep, D as ours)."""
 
-    def __init__(self, cfg, ranks, tp, ep, label):
+    def __init__(self, cfg, ranks, tp, ep, label, ds_config="moe", system="", note=""):
         if ranks % (tp * ep):
             raise ConfigError(f"{cfg['where']}: {label}: tp x ep = {tp * ep} does not divide "
                               f"{ranks} ranks")
         self.cfg, self.label = cfg, label
+        self.ds_config, self.system, self.note = ds_config, system, note
         self.G, self.Ep = ranks, ep
-        self.D = ranks // ep  # our deepspeed-moe: the tensor ranks become data ranks
+        if ds_config == "moe":
+            self.T, self.D = 1, ranks // ep  # our deepspeed-moe: the tensor ranks become data ranks
+        else:
+            self.T, self.D = tp, ranks // (tp * ep)
+            m = cfg["model"]
+            for key, value in (("model.heads", m["heads"]), ("model.hidden", m["hidden"]),
+                               ("the FFN width", m["ffn_mult"] * m["hidden"])):
+                if value % tp:
+                    raise ConfigError(f"{cfg['where']}: {label}: T = {tp} does not divide "
+                                      f"{key} ({value})")
+            if m["tie_embeddings"] and m["vocab"] % tp:
+                raise ConfigError(f"{cfg['where']}: {label}: the vocabulary-parallel embedding "
+                                  f"needs T = {tp} to divide model.vocab ({m['vocab']})")
         if cfg["model"]["experts"] % ep:
             raise ConfigError(f"{cfg['where']}: {label}: Ep = {ep} does not divide "
                               f"model.experts = {cfg['model']['experts']}")
@@ -236,34 +285,102 @@ class Point:
 
     def tokens_per_step(self):
         d = self.cfg["data"]
-        return d["micro_batch"] * d["micro_batches"] * self.G * self.cfg["model"]["seq_len"]
+        return d["micro_batch"] * d["micro_batches"] * (self.G // self.T) * \
+            self.cfg["model"]["seq_len"]
 
 
 def _with_global_batch(cfg, point, global_batch):
     if global_batch <= 0:
         return
-    per_step = cfg["data"]["micro_batch"] * point.G
+    data_parallel = point.G // point.T
+    per_step = cfg["data"]["micro_batch"] * data_parallel
     if global_batch % per_step:
         raise ConfigError(f"{cfg['where']}: {point.label}: a global batch of {global_batch} "
                           f"sequences does not divide into micro-batches of "
-                          f"{cfg['data']['micro_batch']} over {point.G} data-parallel ranks")
+                          f"{cfg['data']['micro_batch']} over {data_parallel} data-parallel ranks")
     cfg["data"]["micro_batches"] = global_batch // per_step
 
 
-def all_points(cfg, world_size):
-    """Every point of the config, laid out as our deepspeed-moe (dp 0: `world_size` ranks)."""
+def train_deepspeed_config(cfg):
+    """DeepSpeed's configuration for a ted_train config: "moe" at parallel.tp = 1 (T = 1, the
+    switches of TED ignored), else DeepSpeed-TED by parallel.dtd and parallel.split_experts;
+    what DeepSpeed cannot run is refused (ConfigError naming the key). The tied embedding is the
+    tensor-parallel model's only (at T = 1 too: its "ted" configuration, nothing to drop)."""
+    p = cfg["parallel"]
+    if p["tp"] <= 1:
+        return "ted" if cfg["model"]["tie_embeddings"] else "moe"
+    for key, why in (("cac", "DeepSpeed has no communication-aware checkpointing"),
+                     ("cac_all_reduce", "DeepSpeed has no communication-aware checkpointing"),
+                     ("reduce_scatter", "DeepSpeed has no reduce-scatter in the expert block"),
+                     ("tile_elems", "DeepSpeed's ZeRO-1 step has no tiles")):
+        if p[key]:
+            raise ConfigError(f"{cfg['where']}: key 'parallel.{key}': {why} (DeepSpeed-TED runs "
+                              "without it only)")
+    if p["overlap"] > 1:
+        raise ConfigError(f"{cfg['where']}: key 'parallel.overlap': DeepSpeed has no overlapped "
+                          "MoE exchange")
+    system = "ted+dtd" if p["dtd"] else "ted-baseline"
+    config, why = deepspeed_of(system, p["split_experts"])
+    if config is None:
+        raise ConfigError(f"{cfg['where']}: keys 'parallel.dtd/split_experts': {why}")
+    return config
+
+
+def _systems_of(cfg, systems, label):
+    """[(system, DeepSpeed configuration, note)] of the config's systems to run, and lines
+    for those DeepSpeed cannot run; `systems` None: DeepSpeed-MoE alone (the T = 1 baseline)."""
+    if systems is None:
+        return [("deepspeed-moe", "moe", "")], []
+    wanted = cfg["systems"] if systems == ["all"] else systems
+    runs, skipped, seen = [], [], set()
+    for system in wanted:
+        if system not in cfg["systems"] and systems != ["all"]:
+            raise ConfigError(f"{cfg['where']}: --systems: '{system}' is not one of the config's "
+                              f"systems ({', '.join(cfg['systems'])})")
+        config, note = deepspeed_of(system, cfg["parallel"]["split_experts"])
+        if config is None:
+            skipped.append(f"skipping {system} at {label}: {note}")
+        elif (config, cfg["model"]["checkpoint"] or "cac" in note) in seen:
+            skipped.append(f"skipping {system} at {label}: DeepSpeed runs it as the "
+                           f"{config} row already measured ({note})")
+        else:
+            seen.add((config, cfg["model"]["checkpoint"] or "cac" in note))
+            runs.append((system, config, note))
+    return runs, skipped
+
+
+def all_points(cfg, world_size, systems=None, skipped=None):
+    """Every point of the config (dp 0: `world_size` ranks): laid out as our deepspeed-moe
+    when `systems` is None, else one point per system of ours DeepSpeed has a configuration for
+    (lines for the others appended to `skipped`)."""
     experiment = cfg["experiment"]
+    skipped = [] if skipped is None else skipped
     points = []
+
+    def add(point_cfg, ranks, tp, ep, label, global_batch=0):
+        runs, lines = _systems_of(point_cfg, systems, label)
+        skipped.extend(lines)
+        made = []
+        for system, config, note in runs:
+            own = copy.deepcopy(point_cfg)
+            if "cac" in note:  # ours turns checkpointing on with CAC; DeepSpeed recomputes
+                own["model"]["checkpoint"] = True
+            point = Point(own, ranks, tp, ep, label, config, system, note)
+            _with_global_batch(point.cfg, point, global_batch)
+            made.append(point)
+        points.extend(made)
+        return made
+
     if not experiment:  # ted_train's config: parallel.* on the launched ranks
         p = cfg["parallel"]
         ranks = p["tp"] * p["ep"] * p["dp"] if p["dp"] > 0 else world_size
-        points.append(Point(copy.deepcopy(cfg), ranks, p["tp"], p["ep"], "parallel.*"))
+        config = train_deepspeed_config(cfg)
+        points.append(Point(copy.deepcopy(cfg), ranks, p["tp"], p["ep"], "parallel.*", config,
+                            "ted_train"))
     elif experiment == "ablation":
         lay = cfg["layout"]
         ranks = lay["tp"] * lay["ep"] * lay["dp"] if lay["dp"] > 0 else world_size
-        point = Point(copy.deepcopy(cfg), ranks, lay["tp"], lay["ep"], "layout.*")
-        _with_global_batch(point.cfg, point, cfg["data"]["global_batch"])
-        points.append(point)
+        add(cfg, ranks, lay["tp"], lay["ep"], "layout.*", cfg["data"]["global_batch"])
     elif experiment in ("weak_scaling", "strong_scaling"):
         s = cfg["sweep"]
         if not s["ranks"]:
@@ -278,17 +395,17 @@ def all_points(cfg, world_size):
             for key in ("hidden", "heads", "layers", "experts"):
                 if s[key]:
                     point_cfg["model"][key] = s[key][i]
-            point = Point(point_cfg, ranks, s["tp"][i], s["ep"][i], f"sweep point {i + 1}")
             global_batch = s["global_batch"][i] if s["global_batch"] else \
                 cfg["data"]["global_batch"]
-            _with_global_batch(point_cfg, point, global_batch)
-            if experiment == "strong_scaling" and global_batch <= 0:
-                if point_cfg["data"]["micro_batches"] % point.G:
-                    raise ConfigError(f"{cfg['where']}: key 'data.micro_batches' (the whole "
-                                      f"step's) must divide over the {point.G} data-parallel "
-                                      f"ranks of sweep point {i + 1}")
-                point_cfg["data"]["micro_batches"] //= point.G
-            points.append(point)
+            for point in add(point_cfg, ranks, s["tp"][i], s["ep"][i], f"sweep point {i + 1}",
+                             global_batch):
+                if experiment == "strong_scaling" and global_batch <= 0:
+                    data_parallel = point.G // point.T
+                    if point.cfg["data"]["micro_batches"] % data_parallel:
+                        raise ConfigError(f"{cfg['where']}: key 'data.micro_batches' (the whole "
+                                          f"step's) must divide over the {data_parallel} "
+                                          f"data-parallel ranks of sweep point {i + 1}")
+                    point.cfg["data"]["micro_batches"] //= data_parallel
     else:
         raise ConfigError(f"{cfg['where']}: the DeepSpeed runner runs ablation, weak_scaling, "
                           f"strong_scaling and ted_train configs, not '{experiment}'")
@@ -306,13 +423,42 @@ def all_points(cfg, world_size):
             raise ConfigError(f"{cfg['where']}: {point.label}: DeepSpeed's top-1 gating needs at "
                               f"least gating.min_capacity ({g['min_capacity']}) tokens per "
                               f"micro-batch, this one has {tokens}")
+        if point.T > 1 and CONFIGS_WITH_DROPPING.get(point.ds_config):
+            if not g["dropless"]:
+                capacity = deepspeed_capacity(tokens, m["experts"], g)
+                if capacity % point.T:
+                    raise ConfigError(
+                        f"{cfg['where']}: {point.label}: DeepSpeed splits each expert's capacity "
+                        f"over the T = {point.T} tensor ranks and asserts that T divides it; "
+                        f"gating.capacity_factor gives {capacity} (ours pads it to a multiple of "
+                        "T, DeepSpeed does not)")
+            elif point.ds_config == "ted":
+                raise ConfigError(
+                    f"{cfg['where']}: {point.label}: gating.dropless with tensor-parallel "
+                    "experts: DeepSpeed 0.19.8 pads the dropless capacity to a multiple of T only "
+                    "for whole experts, and its token dropping asserts on any other")
     return points
 
 
-def plan(cfg, world_size):
+# DeepSpeed's configurations that split the capacity over the tensor group (drop_tokens).
+CONFIGS_WITH_DROPPING = {"ted": True, "ted-whole": True, "ted-nodtd": False, "moe": False}
+
+
+def deepspeed_capacity(tokens, experts, gating):
+    """DeepSpeed's capacity under capacity routing (sharded_moe.py _capacity): ceil(tokens /
+    experts x factor) in float32 (the factor is a float32 tensor), top-2 with twice the factor,
+    at least min_capacity."""
+    import numpy as np
+    factor = np.float32(gating["capacity_factor"] * (2 if gating["top_k"] == 2 else 1))
+    capacity = int(np.ceil(np.float32(tokens / experts) * factor))
+    return max(capacity, gating["min_capacity"])
+
+
+def plan(cfg, world_size, systems=None):
     """(points, skipped lines): the points of the config whose rank count is `world_size`
     (DeepSpeed's data-parallel world is the whole job, so each rank count is its own launch)."""
-    points, skipped = all_points(cfg, world_size), []
+    skipped = []
+    points = all_points(cfg, world_size, systems, skipped)
     runnable = [p for p in points if p.G == world_size]
     for p in points:
         if p.G != world_size:

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# DeepSpeed-TED's other forms on CPU ranks: (1) an experiment's YAML at T = 2 (the tiny ablation
+# config, layout T = 2, Ep = 2 on 4 ranks) through ted_ablation (ted-baseline, ted+dtd, ted) and
+# through run.py --systems all: our experiments' schema, one row per DeepSpeed configuration
+# (ted's CAC has none: skipped with a line), the same layout, parameters and expert
+# all-to-alls, and the tensor all-reduces and gathers of ours; (2) the vocabulary-parallel tied
+# embedding (model.tie_embeddings, which ours does not have yet): DeepSpeed-TED at T = 2 on 4
+# ranks against the same model at T = 1 on 2 ranks (the same data-parallel micro-batches):
+# the same losses, gradient norms and fingerprint.
+#   deepspeed_ted_forms.sh <source dir> <build dir> <work dir> <mpiexec>
+set -euo pipefail
+source_dir=$1 build=$2 work=$3 mpiexec=$4
+if [ -n "${TED_SKIP_DEEPSPEED:-}" ]; then
+  echo "SKIPPED: TED_SKIP_DEEPSPEED is set: the DeepSpeed environment is not installed"
+  exit 77
+fi
+start=$(date +%s)
+rc=0
+"$source_dir/baselines/deepspeed/setup.sh" >/dev/null || rc=$?
+if [ "$rc" = 3 ]; then
+  echo "SKIPPED: the package registry cannot be reached, so the DeepSpeed environment" \
+    "(baselines/deepspeed/requirements.txt) cannot be installed"
+  exit 77
+fi
+[ "$rc" = 0 ] || exit "$rc"
+rm -rf "$work"
+mkdir -p "$work"
+cd "$source_dir"
+export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1
+config=tests/apps/deepspeed_tiny.yaml
+layout=(--set layout.tp=2 --set layout.ep=2 --set layout.dp=1
+  --set systems=ted-baseline,ted+dtd,ted)
+"$mpiexec" -n 4 --oversubscribe "$build/apps/ted_ablation" -c "$config" "${layout[@]}" \
+  --iters 0 --csv "$work/ours.csv" >/dev/null
+baselines/deepspeed/launch.sh -n 4 -c "$config" "${layout[@]}" --systems all \
+  --csv "$work/deepspeed.csv" >"$work/deepspeed.log" 2>"$work/deepspeed.err" || {
+  tail -30 "$work/deepspeed.err"
+  exit 1
+}
+grep -q "skipping ted at layout.\*: DeepSpeed runs it as the ted row" "$work/deepspeed.log" || {
+  echo "FAIL  run.py did not say that it runs ours' ted as its ted row (no CAC)"
+  exit 1
+}
+echo "ok    run.py runs ours' ted (DTD + CAC) as its ted row, with a line saying so"
+echo "# the ablation: both sides ran ($(($(date +%s) - start)) s)"
+tied=(--set parallel.ep=2 --set parallel.dtd=true --set model.tie_embeddings=true --steps 3
+  --set gating.capacity_factor=4)
+for tp in 1 2; do
+  baselines/deepspeed/launch.sh -n $((2 * tp)) -c experiments/train/tiny-cpu.yaml \
+    --set parallel.tp=$tp "${tied[@]}" --csv "$work/tied_t$tp.csv" \
+    >"$work/tied_t$tp.log" 2>&1 || {
+    tail -30 "$work/tied_t$tp.log"
+    exit 1
+  }
+done
+echo "# the tied embedding at T = 1 and 2 ran ($(($(date +%s) - start)) s)"
+/usr/bin/python3 "$source_dir/tests/apps/check_deepspeed_ted.py" "$work" forms
+echo "# $(($(date +%s) - start)) s in all"
