@@ -78,8 +78,8 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   };
   const auto X = ParamKind::expert;
   // Tied embeddings: one [V', h] table (V' the vocabulary padded to a multiple of T), rows
-  // [t V'/T, (t + 1) V'/T) on tensor rank t, the padding rows (past V) 0. Weight decay as the
-  // output layer it also is (Megatron decays both).
+  // [t V'/T, (t + 1) V'/T) on tensor rank t, the padding rows (past V) 0. No weight decay, as
+  // for every embedding here (the DeepSpeed baselines' rule too).
   tied_ = config_.tie_embeddings;
   const int V = config_.vocab, padded = config_.padded_vocab(T_);
   vocab_rows_ = config_.vocab_rows(T_);
@@ -90,7 +90,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
     table.name = "tok_emb";
     table.shape = {padded, h};
     table.init = ParamInit::normal;
-    table.decay = true;
+    table.decay = false;
     if (T_ > 1) {
       table.slice = {{{first_word_, vocab_rows_}}};
       table.tensor_replicated = false;
