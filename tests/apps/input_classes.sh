@@ -72,7 +72,7 @@ named "does not fit" "a model larger than this machine" "${train[@]}" --set mode
 # An allocation that fails though the projection fits (here: a 1.5 GB address-space limit):
 # one line naming the bytes and what they were for, not MPI's abort banner.
 limited() { (ulimit -v 1500000 && exec "$@"); }
-named "cannot allocate 3227041792 bytes" "a failed allocation" ted_train limited "${train[@]:1}" \
+named "cannot allocate 3224944640 bytes" "a failed allocation" ted_train limited "${train[@]:1}" \
   --set model.hidden=2048 --set model.heads=16 --set model.layers=8 --set model.vocab=256
 named maxbytes "collbench -b 64G -e 64G" "${collbench[@]}" -b 64G -e 64G
 named maxbytes "collbench -e 16E" "${collbench[@]}" -e 99999999999G

@@ -14,7 +14,7 @@ mpirun=$4
 rm -rf "$scratch" && mkdir -p "$scratch"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_checks.sh"
 config="$root/experiments/train/tiny-cpu.yaml"
-printf 'model:\n  hidden: 32\n  dropout: 0.1\n' >"$scratch/unknown_key.yaml"
+printf 'model:\n  hidden: 32\n  attention_dropout: 0.1\n' >"$scratch/unknown_key.yaml"
 printf 'model:\n  hidden: 32\noptimizer:\n  lr: fast\n' >"$scratch/wrong_type.yaml"
 
 bad_input "unknown key in YAML" ted_train "$train" -c "$scratch/unknown_key.yaml"
