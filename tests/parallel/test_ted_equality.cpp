@@ -103,6 +103,8 @@ struct Run {
   bool gradients_in_storage_type = true;
   // Per step, this rank's reduced gradient shards (unscaled).
   std::vector<std::vector<ted::train::GradientShard>> gradients;
+  // Per step, each MoE layer's choices per expert (before drops): where a routing decision went.
+  std::vector<std::vector<std::vector<std::int64_t>>> loads;
   ted::model::ParamLayout layout;
 };
 
@@ -132,6 +134,7 @@ Run train(const ted::train::TrainConfig& config, ted::Device& device, ted::TedGr
         g /= record.loss_scale;
       }
     run.gradients.push_back(shards);
+    run.loads.push_back(record.expert_load);
   }
   run.fingerprint = trainer.fingerprint();
   run.layout = trainer.params();
@@ -211,19 +214,25 @@ GradientError gradient_error(const Run& run, const Run& ref, int step) {
 //   cuBLAS sums in its own order: 1e-3 there);
 //   16-bit: step 0 only, where the weights are still equal everywhere (after it, Adam's sign-
 //   like first steps turn rounding in tiny gradients into different weights). fp16 per-tensor
-//   < 1e-2 (measured <= 2.9e-3). bf16's 8-bit mantissa flips a few routing decisions when T > 1
-//   rounds the tensor all-reduce's partial sums to bf16, and a flip moves whole expert rows:
-//   relative L2 over the shard < 0.15 (measured <= 0.073).
-bool gradients_close(const GradientError& e, int step, double* worst_seen) {
+//   < 5e-2 where every routing decision is the reference's: measured <= 2.9e-3 without dropout;
+//   with dropout 0.1 at T = 4 the MoE gate's gradient (x^T d_logits over the tokens, much of it
+//   cancelling, d_logits in 16-bit) is 2.9e-2 off in a few elements, where the tensor group's
+//   16-bit partial sums feed it (1.5e-2 at p = 0.05, 4.4e-3 at 0.2: rounding, not the masks).
+//   bf16's 8-bit mantissa flips a few routing decisions when T > 1 rounds the tensor
+//   all-reduce's partial sums to bf16, and a flip moves whole expert rows: relative L2 over the
+//   shard < 0.15 (measured <= 0.073); so does fp16 where a decision flipped (`flipped`: the
+//   step's per-expert loads differ from the reference's; one top-1 choice at T = 4: relative L2
+//   2.0e-3, the gate's column of that expert 4.9e-2 off).
+bool gradients_close(const GradientError& e, int step, double* worst_seen, bool flipped) {
   const std::string dtype = ted::test::dtype();
   if (dtype == "fp32") {
     *worst_seen = std::max(*worst_seen, e.max_normalised);
     return e.max_normalised < (on_cpu() ? 1e-4 : 1e-3);
   }
   if (step != 0) return true;
-  if (dtype == "fp16") {
+  if (dtype == "fp16" && !flipped) {
     *worst_seen = std::max(*worst_seen, e.max_normalised);
-    return e.max_normalised < 1e-2;
+    return e.max_normalised < 5e-2;
   }
   *worst_seen = std::max(*worst_seen, e.l2);
   return e.l2 < 0.15;
@@ -314,7 +323,9 @@ void check_against(const Run& run, const Run& fp32, const Run* same_dtype, Worst
       worst.norm = std::max(worst.norm, norm);
       CHECK(loss < loss_tolerance());
       CHECK(norm < norm_tolerance());
-      CHECK(gradients_close(gradient, step, &worst.gradient));
+      const bool flipped = run.loads[s] != ref->loads[s];
+      INFO((flipped ? "a routing decision differs from the reference's" : "the same routing"));
+      CHECK(gradients_close(gradient, step, &worst.gradient, flipped));
       CHECK(gradient.padding == 0);
     }
   }
