@@ -135,8 +135,8 @@ MoeParams<T> GptModel<T>::moe_params(const BlockIds& ids) const {
 }
 
 template <typename T>
-MoeExchange GptModel<T>::moe_exchange(bool recompute) const {
-  MoeExchange x;
+ExchangeSetup GptModel<T>::exchange_setup(bool recompute) const {
+  ExchangeSetup x;
   x.expert = Ep_ > 1 ? parallel_.expert : nullptr;
   x.expert_control = Ep_ > 1 ? parallel_.expert_control : nullptr;
   x.tensor = T_ > 1 ? parallel_.tensor : nullptr;
@@ -221,7 +221,7 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
     const int groups = B / group_sequences_, group_tokens = group_sequences_ * S;
     const MoeShape shape{group_tokens, h, parallel_.exchange.split_experts ? fl : config_.ffn(),
                          config_.gate.experts};
-    const MoeExchange exchange = moe_exchange(recompute);
+    const ExchangeSetup exchange = exchange_setup(recompute);
     a.moe.resize(groups);
     a.aux = 0;
     a.dropped = 0;
@@ -306,7 +306,7 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
     for (int g = 0; g < groups; ++g) {
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
       moe_backward<T>(ops, a.ln2.data() + offset, d_out + offset, d_ln2.data() + offset, shape,
-                      moe_params(ids), moe_exchange(false), a.moe[g], aux_scale, grads);
+                      moe_params(ids), exchange_setup(false), a.moe[g], aux_scale, grads);
     }
   } else {
     Tensor<T> d_hidden(device_, static_cast<std::size_t>(N) * fl);
