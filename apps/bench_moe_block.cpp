@@ -93,8 +93,10 @@ TED_BLOCK(h512_tokens2048_e8_top1, 512, 8, 256, 8, 8, 1)
 TED_BLOCK(h512_tokens2048_e8_top2, 512, 8, 256, 8, 8, 2)
 TED_BLOCK(h1024_tokens2048_e8_top1, 1024, 16, 256, 8, 8, 1)
 TED_BLOCK(h1024_tokens2048_e8_top2, 1024, 16, 256, 8, 8, 2)
-TED_BLOCK(h512_tokens2048_e8_top1_materialized, 512, 8, 256, 8, 8, 1, "materialized")
-TED_BLOCK(h512_tokens2048_e8_top2_materialized, 512, 8, 256, 8, 8, 2, "materialized")
+TED_BLOCK(h512_tokens2048_e8_top1_materialized, 512, 8, 256, 8, 8, 1,
+          ted::model::AttentionKind::materialized)
+TED_BLOCK(h512_tokens2048_e8_top2_materialized, 512, 8, 256, 8, 8, 2,
+          ted::model::AttentionKind::materialized)
 BENCHMARK_CAPTURE(sgemm, expert_ffn_2048x2048x512, 2048, 2048, 512)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
@@ -106,7 +108,8 @@ BENCHMARK_CAPTURE(moe_block, h128_tokens256_e8_top1, BlockShape{128, 8, 64, 4, 8
     ->MinTime(1.0);
 // Small shapes for CTest's smoke run (both attention variants).
 BENCHMARK_CAPTURE(moe_block, tiny, BlockShape{32, 4, 16, 4, 4, 2})->Iterations(3);
-BENCHMARK_CAPTURE(moe_block, tiny_materialized, BlockShape{32, 4, 16, 4, 4, 2, "materialized"})
+BENCHMARK_CAPTURE(moe_block, tiny_materialized,
+                  BlockShape{32, 4, 16, 4, 4, 2, ted::model::AttentionKind::materialized})
     ->Iterations(3);
 BENCHMARK_CAPTURE(sgemm, tiny, 64, 64, 32)->Iterations(3);
 

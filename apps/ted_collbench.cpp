@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
             ted::bench::peak_bytes(options, grid.group_size(options.group), on_host);
         if (check.enabled) {
           const std::string needs =
-              ted::check_needs(device_name, comm_name, ranks, "--comm/--device");
+              ted::check_needs(device_kind, backend, ranks, "--comm/--device");
           if (mpi.world_rank() == 0)
             std::printf(
                 "ted_collbench: check passed: %s on the %s group, %d ranks as %s, up to %s "

@@ -112,10 +112,12 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
       "  the larger phase: forward and backward (activations, CAC stash, the exchange's\n"
       "  buffers) or the optimizer step (its tile and communication buffers). A point whose\n"
       "  peak_total exceeds the device's memory keeps its projected time, with fits = 0.\n";
-  const bool sixteen_bit_gradients = config.train.run.dtype != "fp32" && m.storage_gradients();
-  line("Run: %s, gradients %s; %s.\n", config.train.run.dtype.c_str(),
+  const ted::DataType dtype = config.train.run.dtype;
+  const bool sixteen_bit_gradients =
+      ted::model::gradient_type(dtype, m.grad_dtype) == dtype && dtype != ted::DataType::f32;
+  line("Run: %s, gradients %s; %s.\n", std::string(ted::precision_name(dtype)).c_str(),
        std::string(ted::precision_name(m.grad_dtype)).c_str(),
-       config.train.run.dtype == "fp32" ? "fp32 throughout"
+       dtype == ted::DataType::f32 ? "fp32 throughout"
        : sixteen_bit_gradients
            ? "mixed precision as DeepSpeed's fp16 ZeRO-1: 16-bit weights, activations,\n"
              "  messages and gradients (accumulated per micro-batch through an fp32 stage of one\n"
@@ -132,8 +134,7 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
 // by category, and the paper's count (its Eqs. 2-6, DeepSpeed's fp16 ZeRO-1: weights and
 // gradients on every rank holding a parameter, 12 bytes of fp32 master and Adam state sharded
 // over its data group) with this run's widths, which leaves out activations and temporaries.
-std::string memory_terms(const std::vector<ex::Point>& points, const pj::Cluster& cluster,
-                         const std::string& dtype) {
+std::string memory_terms(const std::vector<ex::Point>& points, const pj::Cluster& cluster) {
   std::string text =
       "Memory per rank (the memory model, lib/ted/projection/memory.hpp), per point: N_d and "
       "N_e\n"
@@ -146,13 +147,13 @@ std::string memory_terms(const std::vector<ex::Point>& points, const pj::Cluster
       "  (w + g + s/D) N_e, the paper's count (s = 12 in mixed precision), for comparison.\n";
   char buffer[1024];
   for (const auto& point : points) {
-    const pj::StepShape shape = ex::shape_of(point, dtype);
+    const pj::StepShape shape = ex::shape_of(point);
     const pj::MemoryEstimate e = pj::step_memory(shape);
     const pj::ParameterParts parts =
         pj::parameter_parts(shape.model, shape.layout, pj::exchange_of(shape).split);
-    const double w = static_cast<double>(shape.element_bytes);
+    const double w = static_cast<double>(shape.element_bytes());
     const double g = static_cast<double>(shape.grad_bytes());
-    const double state = (shape.element_bytes < 4 ? 3.0 : 2.0) * shape.master_bytes();
+    const double state = (shape.element_bytes() < 4 ? 3.0 : 2.0) * shape.master_bytes();
     const double dense_group = shape.parallel.zero1 ? shape.layout.expert * shape.layout.data : 1;
     const double expert_group = shape.parallel.zero1 ? shape.layout.data : 1;
     const double paper = (w + g + state / dense_group) * static_cast<double>(parts.dense) +
@@ -369,7 +370,7 @@ int main(int argc, char** argv) {
         // memory experiment's against its own budget.
         if (plan.points[i].budget < 0)
           plan.points[i].budget = static_cast<std::int64_t>(cluster.memory_bytes);
-        auto result = ex::project(plan.points[i], cluster, config.train.run.dtype);
+        auto result = ex::project(plan.points[i], cluster);
         ex::print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()),
                            plan.points[i], result);
         const auto budget = static_cast<std::uint64_t>(plan.points[i].budget);
@@ -382,8 +383,7 @@ int main(int argc, char** argv) {
         ex::add_result(table, labelled, plan.points[i], result, command);
       }
       ex::append_rows(table, csv);
-      write_assumptions(csv, cluster, config, command,
-                        memory_terms(plan.points, cluster, config.train.run.dtype));
+      write_assumptions(csv, cluster, config, command, memory_terms(plan.points, cluster));
       std::printf("# CSV: %s (assumptions: %s.assumptions.txt)\n", csv.c_str(), csv.c_str());
       return 0;
     }
@@ -411,7 +411,8 @@ int main(int argc, char** argv) {
           "out: their data-parallel ranks do not divide the global batch), fitting first, "
           "fastest first\n",
           config_path.c_str(), gpus, cluster.device.c_str(), cluster.name.c_str(),
-          config.train.run.dtype.c_str(), global_batch, candidates.size(), left_out);
+          std::string(ted::precision_name(config.train.run.dtype)).c_str(), global_batch,
+          candidates.size(), left_out);
       std::printf("%4s %-18s %3s %3s %4s %6s %10s %10s %10s %10s %5s\n", "rank", "system", "T",
                   "Ep", "D", "micro", "ms/iter", "compute", "comm", "peak GB", "fits");
       ted::CsvTable table = ex::result_table();
@@ -451,7 +452,7 @@ int main(int argc, char** argv) {
       ted::Layout layout{std::stoi(row.at("T")), std::stoi(row.at("Ep")), std::stoi(row.at("D"))};
       auto point =
           ex::make_point(config, ex::parse_system(row.at("system"), measured), layout, train);
-      const auto t = pj::step_time(ex::shape_of(point, config.train.run.dtype, cluster), cluster);
+      const auto t = pj::step_time(ex::shape_of(point, cluster), cluster);
       const double measured_ms = std::stod(row.at("time_ms_median"));
       const double error = (t.total() * 1e3 - measured_ms) / measured_ms;
       errors.push_back(std::abs(error));

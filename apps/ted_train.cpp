@@ -121,7 +121,7 @@ Setup load(const std::string& path, const std::vector<std::string>& overrides, i
   Setup s;
   ted::ConfigSchema schema = s.config.schema();
   schema.load_yaml(path);
-  for (const auto& assignment : overrides) schema.set(assignment);
+  schema.set_all(overrides);
   s.where = ted::config_origin(path, overrides);
   auto& config = s.config;
   try {
@@ -177,11 +177,12 @@ void print_header(const Setup& s, const std::string& path, ted::TrainingRun& run
       layout.to_string().c_str(), run.ranks(), on_off(parallel.dtd), on_off(parallel.cac),
       on_off(parallel.reduce_scatter), on_off(parallel.zero1),
       static_cast<long long>(parallel.tile_elems), parallel.overlap);
-  std::printf("# backend %s on %s, %s%s, device buffers over %s, attention %s\n",
-              config.run.backend.c_str(), run.base_device().name().c_str(),
-              config.run.dtype.c_str(),
-              config.run.dtype == "fp32" ? "" : " (fp32 masters, gradients and Adam state)",
-              run.world().name().c_str(), trainer.attention().c_str());
+  std::printf(
+      "# backend %s on %s, %s%s, device buffers over %s, attention %s\n",
+      std::string(ted::to_string(config.run.backend)).c_str(), run.base_device().name().c_str(),
+      std::string(ted::precision_name(config.run.dtype)).c_str(),
+      config.run.dtype == ted::DataType::f32 ? "" : " (fp32 masters, gradients and Adam state)",
+      run.world().name().c_str(), trainer.attention().c_str());
   std::printf(
       "# cpu threads per rank: %d (the CPUs of its affinity mask, shared among the ranks "
       "started unbound on this machine; TED_NUM_THREADS sets it)\n",
@@ -234,8 +235,7 @@ int main(int argc, char** argv) {
           return ted::report_check("ted_train", setup.where, config.run, ranks, setup.layout, need,
                                    rank0);
         try {
-          ted::require_backend(ted::parse_device_kind(config.run.backend),
-                               ted::parse_comm_backend(config.run.comm), MPI_COMM_WORLD);
+          ted::require_backend(config.run.backend, config.run.comm, MPI_COMM_WORLD);
         } catch (const ted::ConfigError& e) {
           throw ted::ConfigError(path + ": " + e.what());
         }

@@ -109,6 +109,6 @@ TEMPLATE_TEST_CASE("model.attention = auto runs the backend's fastest attention"
   CHECK(model.attention() == (fused.fastest ? fused.kernel : std::string("materialized")));
   if (ops<T>().name() == "cpu") CHECK(model.attention() == "flash");
   if (fused.kernel == "cudnn") CHECK(!std::is_same_v<T, float>);
-  c.attention = "materialized";
+  c.attention = model::AttentionKind::materialized;
   CHECK(model::GptModel<T>(c, device()).attention() == "materialized");
 }

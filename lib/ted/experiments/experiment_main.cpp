@@ -68,7 +68,7 @@ void check_layouts(const Plan& plan, const std::string& where) {
 std::vector<std::string> memory_verdicts(const Plan& plan, const ExperimentConfig& config,
                                          const MpiSession& mpi) {
   const auto& run = config.train.run;
-  auto device = make_device(parse_device_kind(run.backend));
+  auto device = make_device(run.backend);
   const std::uint64_t free_bytes = device->free_bytes();
   std::vector<std::string> verdicts;
   for (const auto& point : plan.points) {
@@ -178,8 +178,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         // Before anything is measured, identically on every rank: can this machine run it?
         const auto& run = config.train.run;
         try {
-          require_backend(parse_device_kind(run.backend), parse_comm_backend(run.comm),
-                          MPI_COMM_WORLD);
+          require_backend(run.backend, run.comm, MPI_COMM_WORLD);
         } catch (const ConfigError& e) {
           throw ConfigError(config_path + ": keys 'run.backend/comm': " + e.what());
         }

@@ -9,20 +9,18 @@ namespace ted::experiments {
 
 using namespace projection;
 
-StepShape shape_of(const Point& point, const std::string& dtype) {
-  StepShape s = projection::shape_of(point.train, point.layout);
-  s.element_bytes = element_bytes(dtype);
-  return s;
+StepShape shape_of(const Point& point) {
+  return projection::shape_of(point.train, point.layout);
 }
 
-StepShape shape_of(const Point& point, const std::string& dtype, const Cluster& cluster) {
-  StepShape s = shape_of(point, dtype);
+StepShape shape_of(const Point& point, const Cluster& cluster) {
+  StepShape s = shape_of(point);
   s.skip_empty_slots = cluster.device.rfind("cpu", 0) == 0;
   return s;
 }
 
-Result project(const Point& point, const Cluster& cluster, const std::string& dtype) {
-  const StepShape s = shape_of(point, dtype, cluster);
+Result project(const Point& point, const Cluster& cluster) {
+  const StepShape s = shape_of(point, cluster);
   const StepTime t = step_time(s, cluster);
   const StepTraffic traffic = step_traffic(s);
   const MemoryEstimate memory = step_memory(s);
@@ -91,11 +89,11 @@ std::vector<Candidate> search(const ExperimentConfig& config, int gpus, const Cl
       }
       c.point = make_point(config, system, layout, config.train, global_batch);
       c.point.budget = static_cast<std::int64_t>(cluster.memory_bytes);
-      const StepShape s = shape_of(c.point, config.train.run.dtype, cluster);
+      const StepShape s = shape_of(c.point, cluster);
       c.time = step_time(s, cluster);
       c.peak = step_memory(s).total;
       c.fits = static_cast<double>(c.peak) <= cluster.memory_bytes;
-      c.result = project(c.point, cluster, config.train.run.dtype);
+      c.result = project(c.point, cluster);
       out.push_back(c);
     }
   }

@@ -14,16 +14,16 @@
 
 namespace ted::experiments {
 
-// The shape the projection reads of a point, its elements `dtype`.
-projection::StepShape shape_of(const Point& point, const std::string& dtype);
-// ... on `cluster`, whose backend decides what the experts compute under a forced routing
-// workload: the CPU backend (a "cpu-*" device) leaves the empty capacity slots out
-// (Routing::kept), a GPU (the CUDA backend, DeepSpeed-MoE) computes every slot.
-projection::StepShape shape_of(const Point& point, const std::string& dtype,
-                               const projection::Cluster& cluster);
+// The shape the projection reads of a point (in its run.dtype).
+projection::StepShape shape_of(const Point& point);
+// ... on `cluster`, whose backend decides what the
+// experts compute under a forced routing workload: the CPU backend (a "cpu-*" device) leaves the
+// empty capacity slots out (Routing::kept), a GPU (the CUDA backend, DeepSpeed-MoE) computes
+// every slot.
+projection::StepShape shape_of(const Point& point, const projection::Cluster& cluster);
 
 // One point's projected result (time = median = p10 = p90; peaks from the memory model).
-Result project(const Point& point, const projection::Cluster& cluster, const std::string& dtype);
+Result project(const Point& point, const projection::Cluster& cluster);
 
 // The layout search: every layout T x Ep x D of `gpus` the model splits over and every
 // system (ted-baseline, +dtd, +cac, +dtd+cac, +dtd+cac+rs; T = 1 layouts are DeepSpeed-MoE),

@@ -44,13 +44,8 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   if (parallel_.tensor) T_ = parallel_.tensor->size(), t_ = parallel_.tensor->rank();
   if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
   check_layout(config_, T_, Ep_, parallel_.exchange, parallel_.cac, parallel_.cac_all_reduce);
-  // 16-bit gradients are the weights' own type (the kernels round once into it); the training
-  // config checks its keys for this before a model is built.
-  const bool storage_gradients = config_.storage_gradients();
-  if (storage_gradients && (std::is_same_v<T, M> || config_.grad_dtype != dtype_of<T>::value))
-    throw ConfigError("16-bit gradients must be in the model's own storage type (" +
-                      std::string(precision_name(dtype_of<T>::value)) + "), got " +
-                      std::string(precision_name(config_.grad_dtype)));
+  // 16-bit gradients are the weights' own type (the kernels round once into it).
+  gradient_type(dtype_of<T>::value, config_.grad_dtype);  // ConfigError unless it can be
   const int h = config_.hidden, f = config_.ffn(), E = config_.gate.experts;
   resolve_attention();
 
@@ -112,7 +107,7 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   lnf_b_ = add("lnf.b", {h}, ParamInit::zeros, false);
   lm_head_ = add("lm_head.w", {h, config_.vocab}, ParamInit::normal, true);
   params_.allocate(*ops_, config_.seed, config_.init_std, parallel_.dense_pad, parallel_.expert_pad,
-                   storage_gradients);
+                   config_.grad_dtype);
 }
 
 // model.attention on this backend: fused or materialized as asked; auto takes the backend's
@@ -122,8 +117,8 @@ template <typename T>
 void GptModel<T>::resolve_attention() {
   const int heads = config_.heads / T_, hl = config_.hidden / T_, S = config_.seq_len;
   const auto fused = ops_->fused_attention(S, heads, hl);
-  fused_attention_ = config_.attention == "fused" ||
-                     (config_.attention == "auto" &&
+  fused_attention_ = config_.attention == AttentionKind::fused ||
+                     (config_.attention == AttentionKind::automatic &&
                       (fused.fastest || double(heads) * S * S > kMaxTensorElements));
   attention_ = fused_attention_ ? fused.kernel : "materialized";
 }

@@ -27,7 +27,7 @@ Sizes sizes_of(const StepShape& s) {
   const auto& m = s.model;
   const auto& p = s.parallel;
   Sizes z;
-  z.w = s.element_bytes;
+  z.w = s.element_bytes();
   z.mw = s.master_bytes();
   z.gw = s.grad_bytes();
   z.T = s.layout.tensor;

@@ -46,10 +46,6 @@ class Planner {
 
 }  // namespace
 
-std::size_t element_bytes(const std::string& dtype) {
-  return dtype == "fp32" ? 4 : 2;
-}
-
 StepShape shape_of(const train::TrainConfig& train, const Layout& layout) {
   StepShape s;
   s.model = train.model;
@@ -57,7 +53,7 @@ StepShape shape_of(const train::TrainConfig& train, const Layout& layout) {
   s.micro_batches = train.data.micro_batches;
   s.layout = layout;
   s.parallel = train.parallel;
-  s.element_bytes = element_bytes(train.run.dtype);
+  s.dtype = train.run.dtype;
   return s;
 }
 
@@ -236,7 +232,7 @@ std::vector<PlannedCollective> step_collectives(const StepShape& s) {
   const bool recompute_all_to_all = checkpoint && !p.cac;
   const bool recompute_reductions = checkpoint && !p.cac_all_reduce;
   std::vector<PlannedCollective> plan;
-  Planner r(plan, s.element_bytes);
+  Planner r(plan, s.element_bytes());
   const auto tensor = GroupKind::tensor, expert = GroupKind::expert;
   const model::ExchangePlan formula = exchange_of(s);
   // Dropless under a forced workload: each micro-batch's exchange at its group's capacity.

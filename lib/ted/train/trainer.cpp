@@ -183,10 +183,14 @@ const TrainConfig& validated(const TrainConfig& config) {
 
 std::unique_ptr<Trainer::Core> make_core(const TrainConfig& config, Device& device,
                                          TedGroups* groups) {
-  const std::string& dtype = validated(config).run.dtype;
-  if (dtype == "bf16") return std::make_unique<TypedCore<BFloat16>>(config, device, groups);
-  if (dtype == "fp16") return std::make_unique<TypedCore<Half>>(config, device, groups);
-  return std::make_unique<TypedCore<float>>(config, device, groups);
+  switch (validated(config).run.dtype) {
+    case DataType::bf16:
+      return std::make_unique<TypedCore<BFloat16>>(config, device, groups);
+    case DataType::f16:
+      return std::make_unique<TypedCore<Half>>(config, device, groups);
+    default:
+      return std::make_unique<TypedCore<float>>(config, device, groups);
+  }
 }
 
 }  // namespace
