@@ -143,6 +143,7 @@ class GptModel {
   std::string attention_;
   ParamSet<T> params_;
   int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_;
+  std::pair<int, int> embedding_stage_, head_stage_;  // ids [first, end) staged together
   std::vector<BlockIds> blocks_;
 
   // State of the last forward.

@@ -21,6 +21,7 @@
 #include "ted/grid/process_grid.hpp"
 #include "ted/model/config.hpp"
 #include "ted/model/exchange_plan.hpp"
+#include "ted/model/gpt_params.hpp"
 #include "ted/train/train_config.hpp"
 
 namespace ted::projection {
@@ -92,6 +93,10 @@ std::vector<int> group_load(const StepShape& shape, int layer, int data_index, i
 // The exchange at the step's largest capacity: what the buffers hold (memory.hpp).
 model::ExchangePlan largest_exchange(const StepShape& shape);
 
+// The model's parameter specs on one rank of `layout` (model/gpt_params.hpp: the list the model
+// allocates), as tensor rank 0 and expert rank 0 hold them: every rank's shards are the same size.
+model::GptParamSpecs param_specs(const model::ModelConfig& model, const Layout& layout,
+                                 bool split_experts);
 // Elements of the flat parameter buffers on one rank: the dense part and the expert part, each
 // padded to a multiple of its data group (as ParamSet lays them out).
 struct ParameterParts {
@@ -100,10 +105,6 @@ struct ParameterParts {
 };
 ParameterParts parameter_parts(const model::ModelConfig& model, const Layout& layout,
                                bool split_experts);
-// The elements of one block's tensors on one rank (unpadded): what a 16-bit gradient run stages
-// in fp32 during that block's backward.
-ParameterParts block_parameters(const model::ModelConfig& model, const Layout& layout,
-                                bool split_experts, int layer);
 
 // `calls` collectives of one kind in one group, each with these bytes per rank (the ledger's
 // convention, ledger.hpp). A group of one rank still counts its calls, as the ledger does.
