@@ -45,7 +45,6 @@ class SyntheticSource final : public TokenSource {
   void sample(std::int64_t index, int seq_len, std::int32_t* tokens,
               std::int32_t* targets) const override;
   std::string describe() const override;
-  int successor(int token) const { return successor_[token]; }
 
  private:
   int vocab_;
