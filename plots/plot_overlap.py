@@ -5,7 +5,7 @@ next to the projection's prediction for each; the change against ted, measured a
 above each pair.
 
     /usr/bin/python3 plots/plot_overlap.py results/ablation/overlap_emulated_2x2-slow.csv \
-        results/projection/validation_overlap_2x2-slow.csv plots/ablation_overlap_2x2-slow.png
+        results/projection/validation_overlap_2x2-slow.csv plots/figures/ablation_overlap_2x2-slow.png
 """
 import statistics
 import sys

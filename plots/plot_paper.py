@@ -4,11 +4,11 @@ the way the paper draws them. A projected point whose peak exceeds the GPU's mem
 status "projected: does not fit: ...") keeps its time but is drawn hatched or hollow and named
 in the title; a row never run (status "not run: ...") is left out and named too.
 
-    plot_paper.py weak     results/projection/weak_scaling_paper_summit.csv plots/paper_weak_scaling.png
-    plot_paper.py strong   A.csv [B.csv] plots/paper_strong_scaling.png
-    plot_paper.py ablation results/projection/ablation_paper_summit.csv plots/paper_ablation.png
-    plot_paper.py largest  results/projection/memory_paper_summit.csv plots/paper_largest_model.png
-    plot_paper.py spike    results/projection/memory_paper-spike_thetagpu.csv plots/paper_spike.png
+    plot_paper.py weak     results/projection/weak_scaling_paper_summit.csv plots/figures/paper_weak_scaling.png
+    plot_paper.py strong   A.csv [B.csv] plots/figures/paper_strong_scaling.png
+    plot_paper.py ablation results/projection/ablation_paper_summit.csv plots/figures/paper_ablation.png
+    plot_paper.py largest  results/projection/memory_paper_summit.csv plots/figures/paper_largest_model.png
+    plot_paper.py spike    results/projection/memory_paper-spike_thetagpu.csv plots/figures/paper_spike.png
 """
 import sys
 import textwrap
