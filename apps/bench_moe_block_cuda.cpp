@@ -14,7 +14,7 @@
 //   build/apps/bench_moe_block_cuda --benchmark_filter=tiny       # what CTest runs
 //   build/apps/bench_moe_block_cuda --profile-step=paper_h4096_E8_top2_8192tok
 //       # checks, warms up and runs one bf16 step between cudaProfilerStart and Stop, for
-//       # `ncu --profile-from-start off` (scripts/gpu_bench.sh's per-kernel table)
+//       # `ncu --profile-from-start off` (scripts/gpu/gpu_bench.sh's per-kernel table)
 // --help works anywhere; without a GPU anything else exits 77 (skipped).
 #include <benchmark/benchmark.h>
 #include <cuda_profiler_api.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Overlap measured and projected: time per iteration of ted and of ted+overlapN (the MoE
-exchange in N chunks), the median over the rounds of scripts/measure_overlap.sh with their range,
+exchange in N chunks), the median over the rounds of scripts/comparisons/measure_overlap.sh with their range,
 next to the projection's prediction for each; the change against ted, measured and predicted,
 above each pair.
 

@@ -6,7 +6,7 @@
 # this machine (results/<experiment>/cpu.csv) and the ablation measured on the emulated clusters
 # (results/ablation/emulated_<topology>.csv, against clusters/cpu-emulated_<topology>.yaml). CSVs (with .assumptions.txt sidecars) in
 # results/projection/, figures in plots/figures/paper_*.png and plots/figures/projection_*.png.
-# Run ./scripts/calibrate_cpu.sh (and calibrate_emulated.sh) first to measure this machine anew.
+# Run ./scripts/calibration/calibrate_cpu.sh (and calibrate_emulated.sh) first to measure this machine anew.
 #   ./scripts/project.sh
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -6,9 +6,9 @@
 # (appended); then the projection's prediction for the same points
 # (results/projection/validation_overlap_<topology>.csv) and the figure
 # plots/figures/ablation_overlap_<topology>.png. Needs root (scripts/emulated_cluster.sh).
-#   ./scripts/measure_overlap.sh [experiments/emulated/2x2-slow.yaml]
+#   ./scripts/comparisons/measure_overlap.sh [experiments/emulated/2x2-slow.yaml]
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 ted_prepare
 topology=${1:-experiments/emulated/2x2-slow.yaml}
 tag=$(basename "$topology" .yaml)
