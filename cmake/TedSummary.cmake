@@ -1,5 +1,5 @@
 # Feature summary printed at the end of configure, and written to <build>/ted_summary.txt for
-# the scripts that check a build (scripts/gpu_check.sh).
+# the scripts that check a build (scripts/gpu/gpu_check.sh).
 function(ted_yes_no var out)
   if(${var})
     set(${out} "found" PARENT_SCOPE)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/gpu_report.py --session on a made-up raw folder shaped as an H100 session's (label
+"""scripts/gpu/gpu_report.py --session on a made-up raw folder shaped as an H100 session's (label
 cpu, seconds): the FLOP count per step comes from our step's rows, MFU is stated over the
 datasheet's dense peak (989.4 TFLOP/s) and over the best GEMM measured, each labelled; the bars
 compare ours with the fastest peer; the driver's memory is the polled maximum less the idle

@@ -64,7 +64,8 @@ CsvColumns<ResultRow> make_columns() {
   c.add("micro_batch", [](R x) { return ll(x.point.train.data.micro_batch); });
   c.add("micro_batches", [](R x) { return ll(x.point.train.data.micro_batches); });
   c.add("backend", [](R x) { return x.config.backend; });
-  c.add("dtype", [](R x) { return x.point.train.run.dtype; });
+  c.add("dtype",
+        [](R x) { return CsvField(std::string(precision_name(x.point.train.run.dtype))); });
   c.add("grad_dtype",
         [](R x) { return CsvField(std::string(precision_name(x.point.train.model.grad_dtype))); });
   c.add("comm", [](R x) { return x.result.comm; });

@@ -126,7 +126,7 @@ class GptModel {
   void block_backward(int layer, const T* d_out, T* d_in, BlockActs& acts);
   void release_internals(BlockActs& acts);
   MoeParams<T> moe_params(const BlockIds& ids) const;
-  MoeExchange moe_exchange(bool recompute) const;
+  ExchangeSetup exchange_setup(bool recompute) const;
   void tensor_all_reduce(T* data, std::size_t count);
   // A row-parallel layer's output summed over the tensor group; under CAC with all-reduce
   // stashing the forward keeps it and the recompute takes it instead of computing and reducing.
@@ -143,6 +143,7 @@ class GptModel {
   std::string attention_;
   ParamSet<T> params_;
   int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_;
+  std::pair<int, int> embedding_stage_, head_stage_;  // ids [first, end) staged together
   std::vector<BlockIds> blocks_;
 
   // State of the last forward.

@@ -34,8 +34,8 @@ CsvColumns<TrainStepRow> make_columns() {
         [](R s) { return static_cast<long long>(s.config.parallel.reduce_scatter); });
   c.add("zero1", [](R s) { return static_cast<long long>(s.config.parallel.zero1); });
   c.add("tile_elems", [](R s) { return static_cast<long long>(s.config.parallel.tile_elems); });
-  c.add("backend", [](R s) { return s.config.run.backend; });
-  c.add("dtype", [](R s) { return s.config.run.dtype; });
+  c.add("backend", [](R s) { return CsvField(std::string(to_string(s.config.run.backend))); });
+  c.add("dtype", [](R s) { return CsvField(std::string(precision_name(s.config.run.dtype))); });
   c.add("grad_dtype",
         [](R s) { return CsvField(std::string(precision_name(s.config.model.grad_dtype))); });
   c.add("comm", [](R s) { return s.run.world().name(); });

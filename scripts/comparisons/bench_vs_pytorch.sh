@@ -13,8 +13,8 @@
 # results/local/bench_vs_pytorch; OUT_DIR=results/bench_vs_pytorch writes the committed one.
 # PyTorch is installed from the package registry into a virtual environment of its own (a
 # build folder, git-ignored); nothing else in the project needs it.
-#   ./scripts/bench_vs_pytorch.sh                       # 5 rounds, h512 and h1024, top-1/2, 1/2 threads
-#   ROUNDS=3 SHAPES="h512_top1" THREADS="1" ./scripts/bench_vs_pytorch.sh
+#   ./scripts/comparisons/bench_vs_pytorch.sh                       # 5 rounds, h512 and h1024, top-1/2, 1/2 threads
+#   ROUNDS=3 SHAPES="h512_top1" THREADS="1" ./scripts/comparisons/bench_vs_pytorch.sh
 # Environment: TED_BUILD_DIR (default build), TED_TORCH_VENV (default <build>/torch-venv),
 # ROUNDS, SHAPES (of h512_top1 h512_top2 h1024_top1 h1024_top2), THREADS, TORCH_ITERS (timed
 # PyTorch iterations per round, after one warm-up; bench_moe_block times >= 2 s per round,
@@ -24,7 +24,7 @@
 # the median over the rounds of ours / PyTorch is at most MAX_RATIO (default 0.85) and, with 2
 # or more threads, every round of ours lies within MAX_STRAY % (default 10) of its median.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 cd "$TED_ROOT"
 ROUNDS=${ROUNDS:-5}
 SHAPES=${SHAPES:-"h512_top1 h512_top2 h1024_top1 h1024_top2"}
