@@ -49,7 +49,7 @@ peer = "step,loss,seconds,tokens_per_s,parameters,system,version,device,dtype,no
 (raw / "train_megatron.csv").write_text(peer)
 (raw / "rates.csv").write_text("rate,value,unit,device,torch\ngemm_bf16_8192x8192x8192,7.9e14,FLOP/s,x,y\n"
                                "copy_read_plus_write,3e12,B/s,x,y\n")
-result = subprocess.run([sys.executable, str(source / "scripts" / "gpu_report.py"), str(raw),
+result = subprocess.run([sys.executable, str(source / "scripts" / "gpu" / "gpu_report.py"), str(raw),
                          str(work / "report"), "--session"], capture_output=True, text=True)
 report = next((work / "report").glob("*-session.md")).read_text()
 rows = {(r["measurement"], r["system"]): r for r in
