@@ -20,10 +20,12 @@
 
 #include "ted/app/app_main.hpp"
 #include "ted/app/key_options.hpp"
+#include "ted/core/cpu_features.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
 #include "ted/core/parallel.hpp"
 #include "ted/core/units.hpp"
+#include "ted/kernels/cpu/blas.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"
 #include "ted/projection/traffic.hpp"
@@ -140,6 +142,10 @@ void print_header(const Setup& s, const std::string& path, ted::TrainingRun& run
       "# cpu threads per rank: %d (the CPUs of its affinity mask, shared among the ranks "
       "started unbound on this machine; TED_NUM_THREADS sets it)\n",
       ted::parallel_threads());
+  // The CPU GEMMs' library and kernels (a CUDA run's host side uses them too, for the reference
+  // pieces), next to what this CPU supports: a BLAS that picked old kernels shows here.
+  std::printf("# blas: %s; cpu %s\n", ted::kernels::cpu::blas_description().c_str(),
+              ted::describe(ted::cpu_features()).c_str());
 }
 
 void print_step(const ted::train::StepRecord& r, int steps) {

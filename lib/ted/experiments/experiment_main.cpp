@@ -12,10 +12,12 @@
 #include "ted/app/key_options.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/comm/mpi_communicator.hpp"
+#include "ted/core/cpu_features.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
 #include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
+#include "ted/kernels/cpu/blas.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"
 #include "ted/run/check.hpp"
@@ -189,6 +191,8 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
           std::printf("# ted_%s %s: %s, %zu points on %d ranks, warm-up %d, timed %d\n",
                       experiment.c_str(), std::string(git_revision()).c_str(), config_path.c_str(),
                       plan.points.size(), mpi.world_size(), config.warmup, config.iters);
+          std::printf("# blas: %s; cpu %s\n", kernels::cpu::blas_description().c_str(),
+                      describe(cpu_features()).c_str());
           for (const auto& line : plan.skipped) std::printf("# %s\n", line.c_str());
         }
         auto world = MpiCommunicator::world(nullptr);

@@ -1,6 +1,7 @@
 #include "ted/run/train_csv.hpp"
 
 #include "ted/core/git_revision.hpp"
+#include "ted/kernels/cpu/blas.hpp"
 
 namespace ted {
 
@@ -58,6 +59,9 @@ CsvColumns<TrainStepRow> make_columns() {
   c.add("git_revision", [](R) { return std::string(git_revision()); });
   c.add("command", [](R s) { return s.command; });
   c.add("attention", [](R s) { return s.run.trainer().attention(); });
+  // The host's BLAS and the kernels it ran (kernels/cpu/blas_library.hpp).
+  c.add("blas", [](R) { return kernels::cpu::blas_name(); });
+  c.add("blas_kernel", [](R) { return kernels::cpu::blas_kernel(); });
   return c;
 }
 
