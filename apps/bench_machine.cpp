@@ -1,9 +1,9 @@
 // bench_machine: the rates the projection's compute model reads from a CPU cluster file
-// (scripts/calibrate_cpu.sh writes them into experiments/clusters/cpu.yaml): cblas_sgemm at a
-// large shape (the practical peak) and at the CPU experiments' shapes (the rate their GEMMs
-// run at); the bandwidth of a plain element-wise pass (a = b + s * c) in cache and beyond; and
-// the rate of the suite's own element-wise work: the bytes the projection counts for a step
-// shaped as the CPU experiments' (a dense and an MoE block of their width, checkpointed, every
+// (scripts/calibration/calibrate_cpu.sh writes them into experiments/clusters/cpu.yaml):
+// cblas_sgemm at a large shape (the practical peak) and at the CPU experiments' shapes (the rate
+// their GEMMs run at); the bandwidth of a plain element-wise pass (a = b + s * c) in cache and
+// beyond; and the rate of the suite's own element-wise work: the bytes the projection counts for a
+// step shaped as the CPU experiments' (a dense and an MoE block of their width, checkpointed, every
 // expert slot computed as the projection counts it; projection::memory_bound_bytes) over its
 // measured time less its GEMMs' time at the measured sgemm rate. On a CPU the GeLU, softmax and
 // LayerNorm kernels compute transcendentals and are far from bandwidth-bound, so this, not the
@@ -137,7 +137,7 @@ void elementwise(benchmark::State& state, ted::bench::BlockShape shape, int bloc
   state.counters["gemm_ms"] = gemms * 1e3;
   if (seconds <= gemms) {
     // Timing noise, not a wrong result (a block this small is mostly GEMMs): no rate derived,
-    // and scripts/calibrate_cpu.sh, which reads GB/s, says so.
+    // and scripts/calibration/calibrate_cpu.sh, which reads GB/s, says so.
     state.SetLabel("no GB/s: the block measured within its GEMMs' time (a noisy machine)");
     return;
   }
@@ -159,8 +159,8 @@ BENCHMARK_CAPTURE(sgemm, cpu_ffn_256x512x128, 256, 512, 128)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
     ->MinTime(1.0);
-// The CPU experiments' small GEMMs (scripts/calibrate_cpu.sh fits the shape model to them):
-// attention scores and context of one head (64 tokens, head 16), an expert's FFN (32 rows),
+// The CPU experiments' small GEMMs (scripts/calibration/calibrate_cpu.sh fits the shape model to
+// them): attention scores and context of one head (64 tokens, head 16), an expert's FFN (32 rows),
 // the tensor-split projection.
 BENCHMARK_CAPTURE(sgemm, cpu_scores_64x64x16, 64, 64, 16)->UseRealTime()->MinTime(0.5);
 BENCHMARK_CAPTURE(sgemm, cpu_context_64x16x64, 64, 16, 64)->UseRealTime()->MinTime(0.5);
@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   return ted::bench::benchmark_main(
       argc, argv,
       "bench_machine: measures the rates the projection's CPU cluster file needs\n"
-      "(scripts/calibrate_cpu.sh writes them into experiments/clusters/cpu.yaml): cblas_sgemm\n"
+      "(scripts/calibration/calibrate_cpu.sh writes them into experiments/clusters/cpu.yaml): "
+      "cblas_sgemm\n"
       "at a large shape and at the CPU experiments' shapes (GFLOP/s), the bandwidth of an\n"
       "element-wise pass in cache and beyond (GB/s), and the rate of the suite's own\n"
       "element-wise work in a CPU experiment's block. Each checks its result first; tiny* is\n"

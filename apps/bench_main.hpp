@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "ted/core/cpu_features.hpp"
 #include "ted/core/parallel.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 
@@ -46,8 +47,12 @@ inline void initialize(int* argc, char** argv, const char* description) {
 inline int benchmark_main(int argc, char** argv, const char* description) {
   initialize(&argc, argv, description);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  // What a CPU figure depends on, in the header of every run (next to the CPU's caches).
+  // What a CPU figure depends on, in the header of every run (next to the CPU's caches): the
+  // BLAS, its version and the kernels it runs (and how they were chosen), what this CPU
+  // supports, the threads.
   benchmark::AddCustomContext("blas", kernels::cpu::blas_description());
+  benchmark::AddCustomContext("blas_kernel", kernels::cpu::blas_kernel());
+  benchmark::AddCustomContext("cpu_features", describe(cpu_features()));
   benchmark::AddCustomContext("cpu_threads", std::to_string(parallel_threads()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -5,8 +5,8 @@
 // the single-block model needs). act_peak_MiB: the activation peak of the step from the
 // tracking allocator (fused attention keeps no S x S probabilities); slots_kept, the share of the
 // experts' capacity slots holding a token, and run_GFLOP/s, the rate of the GEMMs that ran (the
-// experts leave the empty slots out; TED_FULL_CAPACITY=1 runs them). scripts/bench_vs_pytorch.sh
-// times the same model in PyTorch next to it.
+// experts leave the empty slots out; TED_FULL_CAPACITY=1 runs them).
+// scripts/comparisons/bench_vs_pytorch.sh times the same model in PyTorch next to it.
 //
 //   build/apps/bench_moe_block                               # h=512 and 1024, 2048 tokens
 //   build/apps/bench_moe_block --benchmark_filter=tiny       # what CTest runs
@@ -81,9 +81,9 @@ void moe_block(benchmark::State& state, BlockShape shape) {
 
 }  // namespace
 
-// The sizes of the comparison with PyTorch (scripts/bench_vs_pytorch.sh): h = 512 (8 heads) and
-// 1024 (16 heads), 2048 tokens (8 x 256), 8 experts, top-1 and top-2, cf 1; fused attention,
-// and h = 512 with the materialised attention next to it.
+// The sizes of the comparison with PyTorch (scripts/comparisons/bench_vs_pytorch.sh): h = 512 (8
+// heads) and 1024 (16 heads), 2048 tokens (8 x 256), 8 experts, top-1 and top-2, cf 1; fused
+// attention, and h = 512 with the materialised attention next to it.
 #define TED_BLOCK(name, ...)                                  \
   BENCHMARK_CAPTURE(moe_block, name, BlockShape{__VA_ARGS__}) \
       ->Unit(benchmark::kMillisecond)                         \
@@ -93,20 +93,24 @@ TED_BLOCK(h512_tokens2048_e8_top1, 512, 8, 256, 8, 8, 1)
 TED_BLOCK(h512_tokens2048_e8_top2, 512, 8, 256, 8, 8, 2)
 TED_BLOCK(h1024_tokens2048_e8_top1, 1024, 16, 256, 8, 8, 1)
 TED_BLOCK(h1024_tokens2048_e8_top2, 1024, 16, 256, 8, 8, 2)
-TED_BLOCK(h512_tokens2048_e8_top1_materialized, 512, 8, 256, 8, 8, 1, "materialized")
-TED_BLOCK(h512_tokens2048_e8_top2_materialized, 512, 8, 256, 8, 8, 2, "materialized")
+TED_BLOCK(h512_tokens2048_e8_top1_materialized, 512, 8, 256, 8, 8, 1,
+          ted::model::AttentionKind::materialized)
+TED_BLOCK(h512_tokens2048_e8_top2_materialized, 512, 8, 256, 8, 8, 2,
+          ted::model::AttentionKind::materialized)
 BENCHMARK_CAPTURE(sgemm, expert_ffn_2048x2048x512, 2048, 2048, 512)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);
-// The CPU experiments' block (experiments/*/cpu.yaml): what scripts/calibrate_cpu.sh measures.
+// The CPU experiments' block (experiments/*/cpu.yaml): what scripts/calibration/calibrate_cpu.sh
+// measures.
 BENCHMARK_CAPTURE(moe_block, h128_tokens256_e8_top1, BlockShape{128, 8, 64, 4, 8, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(1.0);
 // Small shapes for CTest's smoke run (both attention variants).
 BENCHMARK_CAPTURE(moe_block, tiny, BlockShape{32, 4, 16, 4, 4, 2})->Iterations(3);
-BENCHMARK_CAPTURE(moe_block, tiny_materialized, BlockShape{32, 4, 16, 4, 4, 2, "materialized"})
+BENCHMARK_CAPTURE(moe_block, tiny_materialized,
+                  BlockShape{32, 4, 16, 4, 4, 2, ted::model::AttentionKind::materialized})
     ->Iterations(3);
 BENCHMARK_CAPTURE(sgemm, tiny, 64, 64, 32)->Iterations(3);
 

@@ -14,7 +14,7 @@
 //   build/apps/bench_moe_block_cuda --benchmark_filter=tiny       # what CTest runs
 //   build/apps/bench_moe_block_cuda --profile-step=paper_h4096_E8_top2_8192tok
 //       # checks, warms up and runs one bf16 step between cudaProfilerStart and Stop, for
-//       # `ncu --profile-from-start off` (scripts/gpu_bench.sh's per-kernel table)
+//       # `ncu --profile-from-start off` (scripts/gpu/gpu_bench.sh's per-kernel table)
 // --help works anywhere; without a GPU anything else exits 77 (skipped).
 #include <benchmark/benchmark.h>
 #include <cuda_profiler_api.h>
@@ -51,11 +51,12 @@ struct Size {
 // The size (h=4096, 8 experts, top-2, 8192 tokens) with the attention model.attention =
 // auto picks (cuDNN's where it takes the shape) and with the materialised one (cuBLAS), and a
 // tiny one for CTest (both variants).
-const Size kSizes[] = {
-    {"paper_h4096_E8_top2_8192tok", {4096, 32, 2048, 4, 8, 2}},
-    {"paper_h4096_E8_top2_8192tok_materialized", {4096, 32, 2048, 4, 8, 2, "materialized"}},
-    {"tiny_h64_E4_top2_256tok", {64, 4, 128, 2, 4, 2}},
-    {"tiny_h64_E4_top2_256tok_materialized", {64, 4, 128, 2, 4, 2, "materialized"}}};
+const Size kSizes[] = {{"paper_h4096_E8_top2_8192tok", {4096, 32, 2048, 4, 8, 2}},
+                       {"paper_h4096_E8_top2_8192tok_materialized",
+                        {4096, 32, 2048, 4, 8, 2, ted::model::AttentionKind::materialized}},
+                       {"tiny_h64_E4_top2_256tok", {64, 4, 128, 2, 4, 2}},
+                       {"tiny_h64_E4_top2_256tok_materialized",
+                        {64, 4, 128, 2, 4, 2, ted::model::AttentionKind::materialized}}};
 
 double seconds_of(const std::function<void()>& work) {
   g_device->synchronize();

@@ -13,7 +13,7 @@ namespace ted::bench {
 
 struct BlockShape {
   int hidden, heads, seq, sequences, experts, top_k;
-  const char* attention = "auto";  // model.attention: auto, fused or materialized
+  model::AttentionKind attention = model::AttentionKind::automatic;  // model.attention
 };
 
 inline model::ModelConfig one_moe_block(const BlockShape& shape) {

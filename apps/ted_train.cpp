@@ -19,10 +19,13 @@
 #include <vector>
 
 #include "ted/app/app_main.hpp"
+#include "ted/app/key_options.hpp"
+#include "ted/core/cpu_features.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
 #include "ted/core/parallel.hpp"
 #include "ted/core/units.hpp"
+#include "ted/kernels/cpu/blas.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"
 #include "ted/projection/traffic.hpp"
@@ -41,71 +44,23 @@ std::string progress_bar(int done, int total, int width = 20) {
   return "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
 }
 
-// The command line. Every option is a --set of one key, so the config's rules judge it (a
-// negative --steps is refused like a negative training.steps, never ignored).
+// The command line: the config, --set's assignments, the options that each set one key (the
+// table app/key_options.hpp shares with the experiments), and --check.
 struct Options {
   std::string config_path;
   std::vector<std::string> overrides;
-  int steps = 0, tensor = 0, expert = 0, data = 0, overlap = 1;
-  std::int64_t tile = 0;
-  std::string csv_path, backend, dtype, comm;
-  struct Flag {
-    const char* name;
-    const char* assignment;
-    const char* help;
-    bool value = false;
-  };
-  Flag flags[7] = {
-      {"--checkpoint", "model.checkpoint=true", "activation checkpointing (model.checkpoint)"},
-      {"--dtd", "parallel.dtd=true", "Duplicate Token Dropping (parallel.dtd)"},
-      {"--cac", "parallel.cac=true", "communication-aware checkpointing (parallel.cac)"},
-      {"--cac-all-reduce", "parallel.cac_all_reduce=true",
-       "CAC also reuses the tensor all-reduce outputs (parallel.cac_all_reduce)"},
-      {"--reduce-scatter", "parallel.reduce_scatter=true",
-       "reduce-scatter instead of all-reduce + slice in the expert block (with --dtd)"},
-      {"--no-split-experts", "parallel.split_experts=false",
-       "experts not tensor-parallel: each tensor rank takes 1/T of the tokens"},
-      {"--no-zero1", "parallel.zero1=false", "replicate the optimizer state (parallel.zero1)"},
-  };
   ted::CheckMode check;
 };
 
 void add_options(CLI::App& app, Options& o) {
   app.add_option("-c,--config", o.config_path, "YAML config (see experiments/train/)")->required();
   app.add_option("--set", o.overrides, "override a key: section.key=value (repeatable)");
-  app.add_option("--steps", o.steps, "optimizer steps (training.steps)");
-  app.add_option("--csv", o.csv_path,
-                 "CSV path (training.csv; default results/local/train/<config>.csv)");
-  app.add_option("--tp", o.tensor, "tensor-parallel size T (parallel.tp)");
-  app.add_option("--ep", o.expert, "expert-parallel size Ep (parallel.ep)");
-  app.add_option("--dp", o.data, "data-parallel size D (parallel.dp; 0: ranks / (T * Ep))");
-  app.add_option("--tile", o.tile, "tiled optimizer step: elements per tile (parallel.tile_elems)");
-  app.add_option("--overlap", o.overlap,
-                 "the MoE exchange in N chunks, overlapping all-to-alls and experts "
-                 "(parallel.overlap; 1: off)");
-  for (auto& flag : o.flags) app.add_flag(flag.name, flag.value, flag.help);
-  app.add_option("--backend", o.backend, "cpu or cuda (run.backend)");
-  app.add_option("--dtype", o.dtype, "fp32, bf16 or fp16 (run.dtype; 16-bit: fp32 masters)");
-  app.add_option("--comm", o.comm, "mpi or nccl: what carries device buffers (run.comm)");
-  ted::add_check_options(app, o.check);
 }
 
-// --set's assignments followed by those of the options given, in the options' order.
-std::vector<std::string> assignments(const CLI::App& app, const Options& o) {
+// --set's assignments followed by those of the options given, in the table's order.
+std::vector<std::string> assignments(const Options& o, const ted::KeyOptions& keys) {
   std::vector<std::string> all = o.overrides;
-  auto given = [&](const char* name) { return app.count(name) > 0; };
-  if (given("--steps")) all.push_back("training.steps=" + std::to_string(o.steps));
-  if (given("--csv")) all.push_back("training.csv=" + o.csv_path);
-  if (given("--tp")) all.push_back("parallel.tp=" + std::to_string(o.tensor));
-  if (given("--ep")) all.push_back("parallel.ep=" + std::to_string(o.expert));
-  if (given("--dp")) all.push_back("parallel.dp=" + std::to_string(o.data));
-  if (given("--tile")) all.push_back("parallel.tile_elems=" + std::to_string(o.tile));
-  if (given("--overlap")) all.push_back("parallel.overlap=" + std::to_string(o.overlap));
-  for (const auto& flag : o.flags)
-    if (flag.value) all.push_back(flag.assignment);
-  if (given("--backend")) all.push_back("run.backend=" + o.backend);
-  if (given("--dtype")) all.push_back("run.dtype=" + o.dtype);
-  if (given("--comm")) all.push_back("run.comm=" + o.comm);
+  for (auto& assignment : keys.assignments()) all.push_back(std::move(assignment));
   return all;
 }
 
@@ -121,7 +76,7 @@ Setup load(const std::string& path, const std::vector<std::string>& overrides, i
   Setup s;
   ted::ConfigSchema schema = s.config.schema();
   schema.load_yaml(path);
-  for (const auto& assignment : overrides) schema.set(assignment);
+  schema.set_all(overrides);
   s.where = ted::config_origin(path, overrides);
   auto& config = s.config;
   try {
@@ -177,15 +132,20 @@ void print_header(const Setup& s, const std::string& path, ted::TrainingRun& run
       layout.to_string().c_str(), run.ranks(), on_off(parallel.dtd), on_off(parallel.cac),
       on_off(parallel.reduce_scatter), on_off(parallel.zero1),
       static_cast<long long>(parallel.tile_elems), parallel.overlap);
-  std::printf("# backend %s on %s, %s%s, device buffers over %s, attention %s\n",
-              config.run.backend.c_str(), run.base_device().name().c_str(),
-              config.run.dtype.c_str(),
-              config.run.dtype == "fp32" ? "" : " (fp32 masters, gradients and Adam state)",
-              run.world().name().c_str(), trainer.attention().c_str());
+  std::printf(
+      "# backend %s on %s, %s%s, device buffers over %s, attention %s\n",
+      std::string(ted::to_string(config.run.backend)).c_str(), run.base_device().name().c_str(),
+      std::string(ted::precision_name(config.run.dtype)).c_str(),
+      config.run.dtype == ted::DataType::f32 ? "" : " (fp32 masters, gradients and Adam state)",
+      run.world().name().c_str(), trainer.attention().c_str());
   std::printf(
       "# cpu threads per rank: %d (the CPUs of its affinity mask, shared among the ranks "
       "started unbound on this machine; TED_NUM_THREADS sets it)\n",
       ted::parallel_threads());
+  // The CPU GEMMs' library and kernels (a CUDA run's host side uses them too, for the reference
+  // pieces), next to what this CPU supports: a BLAS that picked old kernels shows here.
+  std::printf("# blas: %s; cpu %s\n", ted::kernels::cpu::blas_description().c_str(),
+              ted::describe(ted::cpu_features()).c_str());
 }
 
 void print_step(const ted::train::StepRecord& r, int steps) {
@@ -225,13 +185,15 @@ int main(int argc, char** argv) {
       "ted_train"};
   Options options;
   add_options(app, options);
+  const ted::KeyOptions keys(app, ted::kTrainOption);  // --steps, --tp, --dtd, --dtype, ...
+  ted::add_check_options(app, options.check);
   const auto& check = options.check;
   return ted::run_app(
       argc, argv, app,
       [&](ted::MpiSession& mpi) {
         const std::string& path = options.config_path;
         const int ranks = check.enabled ? check.ranks_for(mpi.world_size()) : mpi.world_size();
-        Setup setup = load(path, assignments(app, options), ranks);
+        Setup setup = load(path, assignments(options, keys), ranks);
         const auto& config = setup.config;
         const std::uint64_t need = ted::projection::projected_peak(config, setup.layout);
         const bool rank0 = mpi.world_rank() == 0;
@@ -239,8 +201,7 @@ int main(int argc, char** argv) {
           return ted::report_check("ted_train", setup.where, config.run, ranks, setup.layout, need,
                                    rank0);
         try {
-          ted::require_backend(ted::parse_device_kind(config.run.backend),
-                               ted::parse_comm_backend(config.run.comm), MPI_COMM_WORLD);
+          ted::require_backend(config.run.backend, config.run.comm, MPI_COMM_WORLD);
         } catch (const ted::ConfigError& e) {
           throw ted::ConfigError(path + ": " + e.what());
         }

@@ -14,19 +14,29 @@ endif()
 find_path(TED_CBLAS_INCLUDE_DIR cblas.h
   PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread aarch64-linux-gnu/openblas-pthread
   REQUIRED)
-add_library(ted_cblas INTERFACE)
-target_link_libraries(ted_cblas INTERFACE BLAS::BLAS)
-target_include_directories(ted_cblas SYSTEM INTERFACE "${TED_CBLAS_INCLUDE_DIR}")
-# OpenBLAS can be told to run a call on one thread, so that the CPU kernels may run several
-# GEMMs side by side on their own threads (kernels/cpu/blas.hpp); another CBLAS goes without.
-include(CheckSymbolExists)
-set(CMAKE_REQUIRED_INCLUDES "${TED_CBLAS_INCLUDE_DIR}")
-set(CMAKE_REQUIRED_LIBRARIES BLAS::BLAS)
-check_symbol_exists(openblas_set_num_threads cblas.h TED_HAVE_OPENBLAS_THREADS)
-unset(CMAKE_REQUIRED_INCLUDES)
-unset(CMAKE_REQUIRED_LIBRARIES)
-if(TED_HAVE_OPENBLAS_THREADS)
-  target_compile_definitions(ted_cblas INTERFACE TED_HAVE_OPENBLAS_THREADS=1)
+# The BLAS is not linked: every program loads it at start-up, after choosing OpenBLAS's kernels
+# from the CPU's features (lib/ted/kernels/cpu/blas_library.hpp; target ted_cblas in
+# lib/CMakeLists.txt). What it loads: the shared library found, by its SONAME in the same folder
+# (libopenblas.so.0, what the dynamic linker would have loaded), so a package upgrade that keeps
+# the SONAME keeps working.
+set(TED_BLAS_LIBRARY "")
+foreach(_blas_file IN LISTS BLAS_LIBRARIES)
+  if(_blas_file MATCHES "\\.so(\\.[0-9]+)*$" AND EXISTS "${_blas_file}")
+    set(TED_BLAS_LIBRARY "${_blas_file}")
+    execute_process(COMMAND ${CMAKE_OBJDUMP} -p "${_blas_file}" OUTPUT_VARIABLE _blas_dump
+      ERROR_QUIET)
+    if(_blas_dump MATCHES "SONAME +([^ \n]+)")
+      get_filename_component(_blas_dir "${_blas_file}" DIRECTORY)
+      if(EXISTS "${_blas_dir}/${CMAKE_MATCH_1}")
+        set(TED_BLAS_LIBRARY "${_blas_dir}/${CMAKE_MATCH_1}")
+      endif()
+    endif()
+    break()
+  endif()
+endforeach()
+if(NOT TED_BLAS_LIBRARY)
+  message(FATAL_ERROR "the BLAS found (${BLAS_LIBRARIES}) is not a shared library: the programs "
+    "load it at start-up (lib/ted/kernels/cpu/blas_library.hpp). Install libopenblas-dev.")
 endif()
 
 # Element-wise CPU kernels run on a small thread pool (lib/ted/core/parallel.hpp).

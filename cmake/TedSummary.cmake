@@ -1,5 +1,5 @@
 # Feature summary printed at the end of configure, and written to <build>/ted_summary.txt for
-# the scripts that check a build (scripts/gpu_check.sh).
+# the scripts that check a build (scripts/gpu/gpu_check.sh).
 function(ted_yes_no var out)
   if(${var})
     set(${out} "found" PARENT_SCOPE)
@@ -20,7 +20,7 @@ message(STATUS "")
 message(STATUS "TED feature summary")
 ted_summary("  MPI    : ${mpi} (MPI ${MPI_CXX_VERSION}, ${MPIEXEC_EXECUTABLE})")
 string(REPLACE ";" " " _blas_libs "${BLAS_LIBRARIES}")
-ted_summary("  BLAS   : ${blas} (${_blas_libs}; cblas.h in ${TED_CBLAS_INCLUDE_DIR})")
+ted_summary("  BLAS   : ${blas} (${_blas_libs}; cblas.h in ${TED_CBLAS_INCLUDE_DIR}); loaded at start-up from ${TED_BLAS_LIBRARY}, its kernels chosen by cpuid")
 if(TED_HAVE_CUDA)
   ted_summary("  CUDA   : ${cuda} (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}) ${TED_CUDA_NOTE}")
 else()

@@ -5,7 +5,7 @@ experts' shape of the paper's block, 8192 x 4096 x 16384; random data, the best 
 warm-up) and the copy bandwidth (a device-to-device copy of 1 GiB, bytes read plus written, the
 best of 10). With --write-cluster, a copy of the cluster file with sustained_flops and
 memory_bandwidth replaced by these (the better GEMM rate), its name and source saying so: what
-scripts/gpu_session.sh projects the training step with, beside the committed file.
+scripts/gpu/gpu_session.sh projects the training step with, beside the committed file.
 
   python3 peers/device_rates.py --cluster experiments/clusters/h100-sxm-1gpu.yaml \\
       --csv rates.csv --write-cluster gpu_cluster.yaml

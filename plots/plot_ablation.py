@@ -9,10 +9,10 @@ from one run with --run ID (column run_id). Where the ranks shared CPU cores (co
 ranks_per_core above 1), the title says how many per core and the communication part is named
 for what it then holds: waiting for ranks the OS has not scheduled as well as transfers.
 
-    /usr/bin/python3 plots/plot_ablation.py results/ablation/cpu.csv plots/ablation_cpu.png
+    /usr/bin/python3 plots/plot_ablation.py results/ablation/cpu.csv plots/figures/ablation_cpu.png
     /usr/bin/python3 plots/plot_ablation.py results/ablation/cpu.csv \
-        results/ablation/deepspeed_cpu.csv plots/ablation_cpu.png
-    /usr/bin/python3 plots/plot_ablation.py --run RUN_ID results/ablation/cpu.csv plots/ablation_cpu.png
+        results/ablation/deepspeed_cpu.csv plots/figures/ablation_cpu.png
+    /usr/bin/python3 plots/plot_ablation.py --run RUN_ID results/ablation/cpu.csv plots/figures/ablation_cpu.png
 """
 import sys
 

@@ -2,7 +2,7 @@
 """Bus bandwidth against message size from ted_collbench CSVs (one line per CSV), with the
 plain-MPI reference measured in the same run where the CSV has it, and the ratio below.
 
-    /usr/bin/python3 plots/plot_collbench.py results/collbench/X.csv [more.csv ...] plots/X.png
+    /usr/bin/python3 plots/plot_collbench.py results/collbench/X.csv [more.csv ...] plots/figures/X.png
 
 Writes the PNG and a PDF beside it. Reads only results/ (or the CSVs named).
 """

@@ -6,7 +6,7 @@ model of the growing family against its size, TED against DeepSpeed-MoE, with th
 Points never run because their projected peak did not fit the device (status "not run: ...")
 have no peaks to draw and are left out.
 
-    /usr/bin/python3 plots/plot_memory.py results/memory/cpu.csv plots/memory_cpu.png
+    /usr/bin/python3 plots/plot_memory.py results/memory/cpu.csv plots/figures/memory_cpu.png
 """
 import sys
 

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Overlap measured and projected: time per iteration of ted and of ted+overlapN (the MoE
-exchange in N chunks), the median over the rounds of scripts/measure_overlap.sh with their range,
+exchange in N chunks), the median over the rounds of scripts/comparisons/measure_overlap.sh with their range,
 next to the projection's prediction for each; the change against ted, measured and predicted,
 above each pair.
 
     /usr/bin/python3 plots/plot_overlap.py results/ablation/overlap_emulated_2x2-slow.csv \
-        results/projection/validation_overlap_2x2-slow.csv plots/ablation_overlap_2x2-slow.png
+        results/projection/validation_overlap_2x2-slow.csv plots/figures/ablation_overlap_2x2-slow.png
 """
 import statistics
 import sys

@@ -22,12 +22,12 @@ never drawn as a time; a row never run (status "not run: ...") is left out and n
 title. Each figure writes a sidecar (same name, .json: plotlib.sidecar) that
 tests/plots/check_paper_figures.py holds to this form.
 
-    plot_paper.py weak     results/projection/weak_scaling_paper_summit.csv plots/paper_weak_scaling.png
-    plot_paper.py strong   A.csv [B.csv] plots/paper_strong_scaling.png
-    plot_paper.py ablation results/projection/ablation_paper_summit.csv plots/paper_ablation.png
-    plot_paper.py largest  results/projection/memory_paper_summit.csv plots/paper_largest_model.png
-    plot_paper.py spike    results/projection/memory_paper-spike_thetagpu.csv plots/paper_spike.png
-    plot_paper.py ablation-variants | weak-systems | strong-systems  CSV... OUT.png
+    plot_paper.py weak     results/projection/weak_scaling_paper_summit.csv plots/figures/paper_weak_scaling.png
+    plot_paper.py strong   A.csv [B.csv] plots/figures/paper_strong_scaling.png
+    plot_paper.py ablation results/projection/ablation_paper_summit.csv plots/figures/paper_ablation.png
+    plot_paper.py largest  results/projection/memory_paper_summit.csv plots/figures/paper_largest_model.png
+    plot_paper.py spike    results/projection/memory_paper-spike_thetagpu.csv plots/figures/paper_spike.png
+    plot_paper.py ablation-variants | weak-systems | strong-systems  CSV... plots/figures/OUT.png
 """
 import sys
 import textwrap

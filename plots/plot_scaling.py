@@ -7,9 +7,9 @@ Rows of the DeepSpeed baseline (baselines/deepspeed, another CSV) are drawn dash
 their rate counts model FLOPs (README's formula), ours the GEMMs run. Several runs in a CSV:
 the latest row of each point (the title says so), or --run ID.
 
-    /usr/bin/python3 plots/plot_scaling.py results/weak_scaling/cpu.csv plots/weak_scaling_cpu.png
+    /usr/bin/python3 plots/plot_scaling.py results/weak_scaling/cpu.csv plots/figures/weak_scaling_cpu.png
     /usr/bin/python3 plots/plot_scaling.py results/weak_scaling/cpu.csv \
-        results/weak_scaling/deepspeed_cpu.csv plots/weak_scaling_cpu.png
+        results/weak_scaling/deepspeed_cpu.csv plots/figures/weak_scaling_cpu.png
 """
 import sys
 

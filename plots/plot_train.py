@@ -2,7 +2,7 @@
 """Training curves from ted_train CSVs: loss (total and LM) against step, one line per CSV,
 and tokens/s below.
 
-    /usr/bin/python3 plots/plot_train.py results/train/tiny-cpu.csv [more.csv ...] plots/train.png
+    /usr/bin/python3 plots/plot_train.py results/train/tiny-cpu.csv [more.csv ...] plots/figures/train.png
 
 Writes the PNG and a PDF beside it.
 """

@@ -3,7 +3,7 @@
 measured point (left, with the ideal diagonal and a +/-20% band), and each point's relative
 error (right), from ted_project validate's CSV.
 
-    /usr/bin/python3 plots/plot_validation.py results/projection/validation_cpu.csv plots/projection_validation_cpu.png
+    /usr/bin/python3 plots/plot_validation.py results/projection/validation_cpu.csv plots/figures/projection_validation_cpu.png
 """
 import statistics
 import sys

@@ -19,7 +19,7 @@ so), or from one run with --run ID. Rows without the routing columns (CSVs measu
 have no skew to draw: one line, exit 2.
 
     /usr/bin/python3 plots/plot_workloads.py results/ablation/workloads_cpu.csv \
-        plots/workloads_ablation.png
+        plots/figures/workloads_ablation.png
     /usr/bin/python3 plots/plot_workloads.py --per-rank results/ablation/workloads_cpu.csv \
         plots/local/workloads_ablation_rank.png
 """

@@ -144,7 +144,7 @@ ted_experiments() {
 # Runs one experiment on 4 CPU ranks with experiments/<name>/cpu.yaml and draws its figure; with
 # a topology (experiments/emulated/*.yaml) it runs on that emulated cluster instead
 # (scripts/emulated_cluster.sh, root only), into results/<name>/emulated_<topology>.csv.
-# TED_RESULTS and TED_PLOTS (default results and plots, the committed results) say where the CSV
+# TED_RESULTS and TED_PLOTS (default results and plots/figures, the committed ones) say where the CSV
 # and the figure go; the main job points them at the ignored results/local and plots/local.
 ted_run_experiment() {  # <a name of experiments/registry.txt> [topology.yaml]
   local name=$1 topology=${2:-} plot
@@ -152,7 +152,7 @@ ted_run_experiment() {  # <a name of experiments/registry.txt> [topology.yaml]
   [ -n "$plot" ] || { echo "ted_run_experiment: '$name' is not in experiments/registry.txt" >&2; return 2; }
   local tag=cpu
   [ -n "$topology" ] && tag=emulated_$(basename "$topology" .yaml)
-  local results=${TED_RESULTS:-results} plots=${TED_PLOTS:-plots}
+  local results=${TED_RESULTS:-results} plots=${TED_PLOTS:-plots/figures}
   local csv=$results/$name/$tag.csv figure=$plots/${name}_$tag.png
   mkdir -p "$results/$name" "$plots"
   local program=("$TED_BUILD/apps/ted_$name" -c "experiments/$name/cpu.yaml" --csv "$csv")

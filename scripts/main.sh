@@ -3,7 +3,7 @@
 # ablation (TED-baseline, +DTD, +CAC, +both, +reduce-scatter) on 4 CPU ranks with the small
 # settings, appending to results/local/ablation/cpu.csv and drawing
 # plots/local/ablation_cpu.png (and .pdf). Both folders are ignored by git: the job leaves the
-# tree clean (./scripts/run_experiments.sh regenerates the committed results/ and plots/).
+# tree clean (./scripts/run_experiments.sh regenerates the committed results/ and plots/figures/).
 # Idempotent: a second run installs and rebuilds nothing, measures again and appends its rows.
 #   ./scripts/main.sh
 set -euo pipefail

@@ -5,8 +5,8 @@
 # search for the ablation's model, and the validation against the CPU experiments measured on
 # this machine (results/<experiment>/cpu.csv) and the ablation measured on the emulated clusters
 # (results/ablation/emulated_<topology>.csv, against clusters/cpu-emulated_<topology>.yaml). CSVs (with .assumptions.txt sidecars) in
-# results/projection/, figures in plots/paper_*.png and plots/projection_*.png.
-# Run ./scripts/calibrate_cpu.sh (and calibrate_emulated.sh) first to measure this machine anew.
+# results/projection/, figures in plots/figures/paper_*.png and plots/figures/projection_*.png.
+# Run ./scripts/calibration/calibrate_cpu.sh (and calibrate_emulated.sh) first to measure this machine anew.
 #   ./scripts/project.sh
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -24,21 +24,21 @@ projected() {  # projected <experiment/yaml stem> -> the CSV's path on stdout
   "$project" experiment -c "$yaml" --csv "$csv" >&2
   echo "$csv"
 }
-# The paper's five figures in the paper's form (plots/paper_*.png, each with a .json sidecar of
+# The paper's five figures in the paper's form (plots/figures/paper_*.png, each with a .json sidecar of
 # what it drew: tests/plots/check_paper_figures.py), and the suite's additions to them in figures
-# of their own: DeepSpeed-MoE beside TED, every ablation variant (plots/projection_*.png).
+# of their own: DeepSpeed-MoE beside TED, every ablation variant (plots/figures/projection_*.png).
 weak=$(projected weak_scaling/paper)
 strong=$(projected strong_scaling/paper)
 strong_fixed=$(projected strong_scaling/paper-6.7B-4E)
 ablation=$(projected ablation/paper)
-plot weak "$weak" plots/paper_weak_scaling.png
-plot strong "$strong" "$strong_fixed" plots/paper_strong_scaling.png
-plot ablation "$ablation" plots/paper_ablation.png
-plot largest "$(projected memory/paper)" plots/paper_largest_model.png
-plot spike "$(projected memory/paper-spike)" plots/paper_optimizer_spike.png
-plot weak-systems "$weak" plots/projection_weak_scaling_systems.png
-plot strong-systems "$strong" "$strong_fixed" plots/projection_strong_scaling_systems.png
-plot ablation-variants "$ablation" plots/projection_ablation_variants.png
+plot weak "$weak" plots/figures/paper_weak_scaling.png
+plot strong "$strong" "$strong_fixed" plots/figures/paper_strong_scaling.png
+plot ablation "$ablation" plots/figures/paper_ablation.png
+plot largest "$(projected memory/paper)" plots/figures/paper_largest_model.png
+plot spike "$(projected memory/paper-spike)" plots/figures/paper_optimizer_spike.png
+plot weak-systems "$weak" plots/figures/projection_weak_scaling_systems.png
+plot strong-systems "$strong" "$strong_fixed" plots/figures/projection_strong_scaling_systems.png
+plot ablation-variants "$ablation" plots/figures/projection_ablation_variants.png
 # The ablation and weak scaling under every forced routing workload, capacity and dropless
 # (docs/projection.md, "Routing workloads"): one CSV per experiment, workload and dropless columns.
 workloads() {  # workloads <experiment YAML> <cluster YAML> <out CSV>
@@ -60,7 +60,7 @@ for experiment in ablation weak_scaling; do
     "$out/workloads_${experiment}_summit.csv"
 done
 /usr/bin/python3 plots/plot_workloads_projected.py "$out/workloads_ablation_summit.csv" \
-  "$out/workloads_weak_scaling_summit.csv" plots/paper_workloads.png
+  "$out/workloads_weak_scaling_summit.csv" plots/figures/paper_workloads.png
 search=$out/search_6.7B-16E_summit_128.csv
 rm -f "$search" "$out"/validation_cpu.csv
 "$project" search -c experiments/ablation/paper.yaml --gpus 128 --top 15 --csv "$search"
@@ -68,7 +68,7 @@ for experiment in ablation weak_scaling strong_scaling; do
   "$project" validate -c "experiments/$experiment/cpu.yaml" --cluster experiments/clusters/cpu.yaml \
     --measured "results/$experiment/cpu.csv" --csv "$out/validation_cpu.csv" | tail -1
 done
-/usr/bin/python3 plots/plot_validation.py "$out/validation_cpu.csv" plots/projection_validation_cpu.png
+/usr/bin/python3 plots/plot_validation.py "$out/validation_cpu.csv" plots/figures/projection_validation_cpu.png
 for topology in 2x2 2x2-slow; do
   rm -f "$out/validation_emulated_$topology.csv"
   "$project" validate -c experiments/ablation/cpu.yaml \

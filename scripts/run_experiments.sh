@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All of the paper's experiments on 4 CPU ranks with their small settings
-# (experiments/registry.txt; experiments/<name>/cpu.yaml): CSV rows appended under results/<name>/, figures in plots/.
+# (experiments/registry.txt; experiments/<name>/cpu.yaml): CSV rows appended under results/<name>/, figures in plots/figures/.
 # Takes a minute or two. Give names to run only some: ./scripts/run_experiments.sh memory
 # --emulated <topology.yaml> runs them on an emulated multi-node cluster instead (root only):
 #   ./scripts/run_experiments.sh --emulated experiments/emulated/2x2.yaml ablation

@@ -50,7 +50,7 @@ done
 
 # The figures: the ablation of the last round, and weak and strong scaling measured now on both
 # sides (one run each, ours first), DeepSpeed's rows beside ours.
-plots=${TED_PLOTS:-plots}
+plots=${TED_PLOTS:-plots/figures}
 for experiment in weak_scaling strong_scaling; do
   echo "== $experiment"
   rm -f "$out/${experiment}_ours.csv" "$out/${experiment}_deepspeed.csv"

@@ -39,6 +39,7 @@ import faulthandler
 import fcntl
 import math
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -66,7 +67,8 @@ EXPERIMENT_COLUMNS = (
     "slurm_job,ranks_per_core,run_id,attention,workload,dropless,expert_load_max,"
     "expert_load_mean,expert_load_min,rank_load_max,rank_load_mean,dropped_fraction,"
     "all_to_all_rank_bytes_max,all_to_all_rank_bytes_mean,straggler_rank,straggler_time_ms,"
-    "straggler_compute_ms,straggler_comm_ms,straggler_all_to_all_ms,rank_compute_ms_mean"
+    "straggler_compute_ms,straggler_comm_ms,straggler_all_to_all_ms,rank_compute_ms_mean,blas,"
+    "blas_kernel"
 ).split(",")
 _LEDGER = [f"{op}_{group}_bytes" for op in ("all_reduce", "all_gather", "reduce_scatter",
                                             "all_to_all")
@@ -78,7 +80,18 @@ TRAIN_COLUMNS = (
 ).split(",") + _LEDGER + [
     f"peak_{c}_bytes" for c in ("parameters", "gradients", "optimizer_state", "activations",
                                 "communication", "cac_stash", "optimizer_temporaries")
-] + ["fingerprint", "git_revision", "command", "attention"]
+] + ["fingerprint", "git_revision", "command", "attention", "blas", "blas_kernel"]
+
+
+def torch_blas(torch):
+    """The BLAS torch's CPU GEMMs run on, as its build says ("MKL 2024.2"; the blas column).
+    Its kernels are not named (blas_kernel empty): MKL does not say which code path it took."""
+    config = torch.__config__.show()
+    mkl = re.search(r"Math Kernel Library Version ([0-9.]+)", config)
+    if mkl:
+        return f"MKL {mkl.group(1)}"
+    blas = re.search(r"BLAS_INFO=([A-Za-z0-9_]+)", config)
+    return blas.group(1) if blas else ""
 
 
 def fmt(value):
@@ -439,7 +452,8 @@ class Run:
         return {"system": system,
                 "device": f"{device} (torch {torch.__version__})",
                 "comm": self.dist.get_backend(), "grad_dtype": grad_dtype,
-                "attention": "torch-sdpa" if fused else "materialized"}
+                "attention": "torch-sdpa" if fused else "materialized",
+                "blas": torch_blas(torch), "blas_kernel": ""}
 
 
 def run_experiment_point(point, cfg, args, command, revision):
@@ -535,7 +549,8 @@ def run_training(point, cfg, args, command, revision):
                    "git_revision": revision, "command": command}
             described = run.describe()
             row.update(comm=described["comm"], device=described["device"],
-                       grad_dtype=described["grad_dtype"], attention=described["attention"])
+                       grad_dtype=described["grad_dtype"], attention=described["attention"],
+                       blas=described["blas"], blas_kernel=described["blas_kernel"])
             row.update({k: v for k, v in run.ledger_columns().items() if k in TRAIN_COLUMNS})
             row.update(run.memory_columns())
             rows.append(row)

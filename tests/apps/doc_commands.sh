@@ -177,7 +177,7 @@ while IFS=$'\t' read -r doc line; do
     ctest)
       run "${words[@]}" -N
       accept "$what" && ran=$((ran + 1)) ;;
-    ./scripts/* | scripts/* | baselines/*)
+    ./scripts/* | scripts/* | baselines/* | peers/*)
       syntax_only "$what" "${program#./}"
       [ -x "$box/${program#./}" ] || fail "$what: not executable" ;;
     *)

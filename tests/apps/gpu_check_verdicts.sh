@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh is a check that can fail: without a GPU it says so and exits 2; on the
+# scripts/gpu/gpu_check.sh is a check that can fail: without a GPU it says so and exits 2; on the
 # emulated GPU (TED_GPU_CHECK_EMULATED=1) it passes a good run and exits 1 on a planted test
 # failure (the emulated GPU given 64 KiB of memory), a skipped test (cuDNN's, not emulated), and a
 # loss out of bounds; a build whose configure found no NCCL stops it with one line and exit 2.
@@ -13,7 +13,7 @@ check() {  # <expected exit> <expected line, grep -E> <what> [VAR=value...]
   local want=$1 pattern=$2 what=$3
   shift 3
   local folder="$scratch/run$((++runs))"
-  env "$@" bash "$root/scripts/gpu_check.sh" "$folder" >"$folder.out" 2>&1
+  env "$@" bash "$root/scripts/gpu/gpu_check.sh" "$folder" >"$folder.out" 2>&1
   local status=$?
   if [ "$status" -ne "$want" ] || ! grep -Eq -- "$pattern" "$folder.out"; then
     echo "FAILED: $what: exit $status (expected $want), output:"

@@ -74,21 +74,6 @@ TEMPLATE_TEST_CASE("layernorm forward and backward", "[ops][layernorm]", STORAGE
   CHECK_CLOSE_TO_REFERENCE(float, download(gdb), dbeta);
 }
 
-TEMPLATE_TEST_CASE("gelu forward and backward (in place)", "[ops][gelu]", STORAGE_TYPES) {
-  using T = TestType;
-  const std::size_t n = 5000;
-  auto x = rounded<T>(random_vector(n, 14, 3.0f)), dy = rounded<T>(random_vector(n, 15));
-  std::vector<float> y(n), dx(n);
-  cpu::gelu_forward(x.data(), y.data(), n);
-  cpu::gelu_backward(x.data(), dy.data(), dx.data(), n);
-  auto gx = upload<T>(x), gdy = upload<T>(dy);
-  Tensor<T> gy(device(), n);
-  ops<T>().gelu_forward(gx.data(), gy.data(), n);
-  ops<T>().gelu_backward(gx.data(), gdy.data(), gdy.data(), n);  // in place, as allowed
-  CHECK_CLOSE_TO_REFERENCE(T, download(gy), y);
-  CHECK_CLOSE_TO_REFERENCE(T, download(gdy), dx);
-}
-
 TEMPLATE_TEST_CASE("causal attention forward and backward", "[ops][attention]", STORAGE_TYPES) {
   using T = TestType;
   const int batch = 2, seq = 19, heads = 3, h = 24;

@@ -228,17 +228,21 @@ TEST_CASE("shapes at the paper's scale and past a grid's y limit", "[ops][shapes
     check_attention<T>(16385, 2, 4, 32, 82, true);
   }
   SECTION("a bias gradient over 16.8 million rows") {
+    // linear_dgelu_backward's bias gradient, the column sum of d_hidden = dy W^T * gelu'(hidden),
+    // over rows that span many chunks: one column, W = 1.
     const int rows = 65536 * 256 + 3, width = 1;
     std::vector<float> hidden(rows), d(rows);
     for (int i = 0; i < rows; ++i) {
       hidden[i] = static_cast<float>(i % 5) * 0.25f - 0.5f;
       d[i] = (i % 3) == 0 ? 0.5f : 0.25f;
     }
-    auto ghidden = upload<T>(hidden), gd = upload<T>(d);
+    auto ghidden = upload<T>(hidden), gd = upload<T>(d), gw = upload<T>(std::vector<float>{1.0f});
+    Tensor<T> gdh(device(), static_cast<std::size_t>(rows));
     auto gdb = zeros<float>(device(), 1);
-    ops<T>().gelu_bias_backward(ghidden.data(), gd.data(), gdb.data(), rows, width);
+    ops<T>().linear_dgelu_backward(gd.data(), gw.data(), ghidden.data(), gdh.data(), gdb.data(),
+                                   rows, width, width);
     double want = 0;
-    const auto dd = download(gd);
+    const auto dd = download(gdh);
     for (float v : dd) want += v;
     // An fp32 sum of 16.8 million terms (in chunks, then across chunks) against an fp64 one:
     // 1e-5 measured on the emulated GPU, so 1e-4 here rather than the per-op fp32 bound.

@@ -47,7 +47,7 @@ Run train_on(const train::TrainConfig& config, Device& device) {
 Run reference(const train::TrainConfig& config) {
   auto cpu = make_cpu_device();
   auto fp32 = config;
-  fp32.run.dtype = "fp32";
+  fp32.run.dtype = DataType::f32;
   return train_on(fp32, *cpu);
 }
 
@@ -78,7 +78,7 @@ TEST_CASE("200 steps of tiny-cpu in bf16 and fp16 end within 5% of fp32's final 
   const auto fp32 = reference(config);
   for (const char* dtype : {"bf16", "fp16"}) {
     auto run_config = config;
-    run_config.run.dtype = dtype;
+    run_config.run.dtype = parse_dtype(dtype);
     const auto got = train_on(run_config, device());
     const double ratio = got.losses.back() / fp32.losses.back();
     WARN(dtype << " on " << device().name() << ": final loss " << got.losses.back() << " vs fp32 "

@@ -15,7 +15,7 @@ the experts' GEMM shape on random data, as the C++ benchmark does with cuBLAS.
 Prints CSV (header first), one row per attention: size, dtype, device, attention, ms per
 iteration, TFLOP/s, GEMM TFLOP/s, torch version, the SDPA backends PyTorch had enabled.
 
-With --shape (what scripts/bench_vs_pytorch.sh runs) it is instead the whole one-block model of
+With --shape (what scripts/comparisons/bench_vs_pytorch.sh runs) it is instead the whole one-block model of
 apps/bench_moe_block.cpp on the CPU in fp32, attention by PyTorch's fused causal
 scaled_dot_product_attention (--attention materialized: matmul + masked softmax): token + position embedding (vocab 256), this block,
 final LayerNorm, a 256-way LM head and the cross-entropy, forward + backward; it prints one line

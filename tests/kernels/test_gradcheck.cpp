@@ -496,9 +496,11 @@ TEST_CASE("MoE layer: each kept choice's expert FFN, weighted; empty slots left 
 // and on the sub-layers' outputs: the masks are fixed by their keys, so the loss is a smooth
 // function of the weights).
 TEST_CASE("gradcheck: whole tiny MoE GPT (top-2, drops, RTS, aux loss)") {
-  const std::string attention = GENERATE(as<std::string>{}, "fused", "materialized");
+  const auto attention =
+      GENERATE(ted::model::AttentionKind::fused, ted::model::AttentionKind::materialized);
   const bool megatron = GENERATE(false, true);
-  INFO(attention << " attention" << (megatron ? ", tied embeddings and dropout" : ""));
+  INFO(ted::model::to_string(attention)
+       << " attention" << (megatron ? ", tied embeddings and dropout" : ""));
   ted::model::ModelConfig config;
   config.attention = attention;
   config.tie_embeddings = megatron;
@@ -534,8 +536,9 @@ TEST_CASE("gradcheck: whole tiny MoE GPT (top-2, drops, RTS, aux loss)") {
     std::vector<std::size_t> some;  // up to 12 elements of every tensor
     for (std::size_t i = 0; i < spec.size(); i += std::max<std::size_t>(1, spec.size() / 12))
       some.push_back(i);
-    CHECK(check_gradient(attention + (megatron ? " megatron " : " model ") + spec.name, loss,
-                         p.value(static_cast<int>(id)), spec.size(), p.grad(static_cast<int>(id)),
-                         some) < kTolerance);
+    CHECK(check_gradient(std::string(ted::model::to_string(attention)) +
+                             (megatron ? " megatron " : " model ") + spec.name,
+                         loss, p.value(static_cast<int>(id)), spec.size(),
+                         p.grad(static_cast<int>(id)), some) < kTolerance);
   }
 }

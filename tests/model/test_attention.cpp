@@ -14,11 +14,12 @@
 #include "ted/backend/memory.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/train/data.hpp"
+#include "ted/train/train_config.hpp"
 
 namespace {
 
 // 80 positions: two CPU tiles of 64 (the second ragged), heads 8 wide.
-ted::model::ModelConfig config(const std::string& attention, bool checkpoint = false) {
+ted::model::ModelConfig config(ted::model::AttentionKind attention, bool checkpoint = false) {
   ted::model::ModelConfig c;
   c.vocab = 29;
   c.seq_len = 80;
@@ -80,8 +81,8 @@ TEMPLATE_TEST_CASE("fused and materialised attention give the same losses and gr
   using T = TestType;
   const double tolerance = std::is_same_v<T, float> ? 1e-5 : 1e-12;
   const Data data(3, 80, 29);
-  const auto fused = run<T>(config("fused"), data, 3);
-  const auto materialised = run<T>(config("materialized"), data, 3);
+  const auto fused = run<T>(config(ted::model::AttentionKind::fused), data, 3);
+  const auto materialised = run<T>(config(ted::model::AttentionKind::materialized), data, 3);
   const double loss = std::abs(fused.lm - materialised.lm) / materialised.lm;
   const double grads = max_normalised_difference(fused.grads, materialised.grads);
   std::printf("# fused vs materialised attention (%s): loss %.3g, gradients %.3g relative\n",
@@ -90,7 +91,7 @@ TEMPLATE_TEST_CASE("fused and materialised attention give the same losses and gr
   CHECK(std::abs(fused.aux - materialised.aux) <= tolerance * std::abs(materialised.aux));
   CHECK(grads < tolerance);
   // Checkpointing recomputes the fused forward bit for bit.
-  const auto checkpointed = run<T>(config("fused", true), data, 3);
+  const auto checkpointed = run<T>(config(ted::model::AttentionKind::fused, true), data, 3);
   CHECK(checkpointed.lm == fused.lm);
   CHECK(checkpointed.grads == fused.grads);
 }
@@ -98,7 +99,7 @@ TEMPLATE_TEST_CASE("fused and materialised attention give the same losses and gr
 TEST_CASE("fused attention's activation peak lacks the S x S probabilities") {
   const int B = 3, S = 80;
   const Data data(B, S, 29);
-  auto peak = [&](const std::string& attention) {
+  auto peak = [&](ted::model::AttentionKind attention) {
     auto cpu = ted::make_cpu_device();
     ted::TrackingDevice device(*cpu);
     auto c = config(attention);
@@ -110,7 +111,8 @@ TEST_CASE("fused attention's activation peak lacks the S x S probabilities") {
     model.backward(1.0f);
     return device.usage(ted::MemoryCategory::activations).peak;
   };
-  const std::size_t fused = peak("fused"), materialised = peak("materialized");
+  const std::size_t fused = peak(ted::model::AttentionKind::fused),
+                    materialised = peak(ted::model::AttentionKind::materialized);
   const std::size_t heads = 2, probs = B * heads * S * S * sizeof(float),
                     lse = B * heads * S * sizeof(float);
   std::printf("# activation peak of one MoE block: fused %zu bytes, materialised %zu bytes\n",
@@ -118,24 +120,26 @@ TEST_CASE("fused attention's activation peak lacks the S x S probabilities") {
   CHECK(materialised - fused == probs - lse);
 }
 
-TEST_CASE("model.attention takes auto, fused or materialized only") {
-  auto c = config("fused");
-  CHECK_NOTHROW(c.validate());
-  c.attention = "materialized";
-  CHECK_NOTHROW(c.validate());
-  c.attention = "auto";
-  CHECK_NOTHROW(c.validate());
-  c.attention = "flash";
-  CHECK_THROWS_WITH(c.validate(), Catch::Matchers::ContainsSubstring("model.attention") &&
-                                      Catch::Matchers::ContainsSubstring("flash"));
+TEST_CASE("model.attention takes auto, fused or materialized only, parsed where it is read") {
+  ted::train::TrainConfig t;
+  auto schema = t.schema();
+  for (const char* name : {"fused", "materialized", "auto"}) {
+    schema.set(std::string("model.attention=") + name);
+    CHECK(std::string(ted::model::to_string(t.model.attention)) == name);
+    CHECK_NOTHROW(t.model.validate());
+  }
+  CHECK_THROWS_WITH(schema.set("model.attention=flash"),
+                    Catch::Matchers::ContainsSubstring("model.attention") &&
+                        Catch::Matchers::ContainsSubstring("flash"));
 }
 
 TEST_CASE("the model says which attention runs: auto is the CPU's FlashAttention-2") {
   auto device = ted::make_cpu_device();
-  for (const char* asked : {"auto", "fused", "materialized"}) {
+  using ted::model::AttentionKind;
+  for (auto asked : {AttentionKind::automatic, AttentionKind::fused, AttentionKind::materialized}) {
     ted::model::GptModel<float> model(config(asked), *device);
-    INFO("model.attention " << asked);
-    CHECK(model.attention() == (std::string(asked) == "materialized" ? "materialized" : "flash"));
+    INFO("model.attention " << ted::model::to_string(asked));
+    CHECK(model.attention() == (asked == AttentionKind::materialized ? "materialized" : "flash"));
   }
-  CHECK(ted::model::ModelConfig{}.attention == "auto");  // the default
+  CHECK(ted::model::ModelConfig{}.attention == AttentionKind::automatic);  // the default
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/gpu_report.py --session on a made-up raw folder shaped as an H100 session's (label
+"""scripts/gpu/gpu_report.py --session on a made-up raw folder shaped as an H100 session's (label
 cpu, seconds): the FLOP count per step comes from our step's rows, MFU is stated over the
 datasheet's dense peak (989.4 TFLOP/s) and over the best GEMM measured, each labelled; the bars
 compare ours with the fastest peer; the driver's memory is the polled maximum less the idle
@@ -49,7 +49,7 @@ peer = "step,loss,seconds,tokens_per_s,parameters,system,version,device,dtype,no
 (raw / "train_megatron.csv").write_text(peer)
 (raw / "rates.csv").write_text("rate,value,unit,device,torch\ngemm_bf16_8192x8192x8192,7.9e14,FLOP/s,x,y\n"
                                "copy_read_plus_write,3e12,B/s,x,y\n")
-result = subprocess.run([sys.executable, str(source / "scripts" / "gpu_report.py"), str(raw),
+result = subprocess.run([sys.executable, str(source / "scripts" / "gpu" / "gpu_report.py"), str(raw),
                          str(work / "report"), "--session"], capture_output=True, text=True)
 report = next((work / "report").glob("*-session.md")).read_text()
 rows = {(r["measurement"], r["system"]): r for r in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_session.sh's control flow without a GPU (label peers): --dry-run runs every step on
+# scripts/gpu/gpu_session.sh's control flow without a GPU (label peers): --dry-run runs every step on
 # the CPU at tiny sizes (the emulated GPU for the checks where the build has CUDA), and then with
 # a budget too small for anything but the environment. Holds what it writes to its promises:
 # every step in steps.csv with its status, the report with the dry-run banner (never a GPU's
@@ -25,14 +25,14 @@ rm -rf "$work/full" "$work/small" "$work/report_full" "$work/report_small"
 mkdir -p "$work"
 export TED_PEERS_PYTHON=$venv/bin/python TED_GPU_BUILD_DIR=$build OMP_NUM_THREADS=1
 export TORCH_EXTENSIONS_DIR=$work/torch_extensions
-OUT=$work/full "$source_dir/scripts/gpu_session.sh" --dry-run --budget 1200 --rounds 1 \
+OUT=$work/full "$source_dir/scripts/gpu/gpu_session.sh" --dry-run --budget 1200 --rounds 1 \
   --report-dir "$work/report_full" >"$work/full.log" 2>&1
 echo "full dry run: exit $?"
-OUT=$work/small "$source_dir/scripts/gpu_session.sh" --dry-run --budget 45 \
+OUT=$work/small "$source_dir/scripts/gpu/gpu_session.sh" --dry-run --budget 45 \
   --report-dir "$work/report_small" >"$work/small.log" 2>&1
 small=$?
 echo "small budget: exit $small"
-"$source_dir/scripts/gpu_session.sh" --budget x >/dev/null 2>&1
+"$source_dir/scripts/gpu/gpu_session.sh" --budget x >/dev/null 2>&1
 bad=$?
 /usr/bin/python3 - "$work" "$small" "$bad" <<'PY'
 import csv, sys

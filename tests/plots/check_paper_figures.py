@@ -33,19 +33,19 @@ scratch.mkdir(parents=True, exist_ok=True)
 
 P = "results/projection/"
 FIGURES = {  # kind: (inputs, the committed image)
-    "weak": ([P + "weak_scaling_paper_summit.csv"], "plots/paper_weak_scaling.png"),
+    "weak": ([P + "weak_scaling_paper_summit.csv"], "plots/figures/paper_weak_scaling.png"),
     "strong": ([P + "strong_scaling_paper_summit.csv",
-                P + "strong_scaling_paper-6.7B-4E_summit.csv"], "plots/paper_strong_scaling.png"),
-    "ablation": ([P + "ablation_paper_summit.csv"], "plots/paper_ablation.png"),
-    "largest": ([P + "memory_paper_summit.csv"], "plots/paper_largest_model.png"),
-    "spike": ([P + "memory_paper-spike_thetagpu.csv"], "plots/paper_optimizer_spike.png"),
+                P + "strong_scaling_paper-6.7B-4E_summit.csv"], "plots/figures/paper_strong_scaling.png"),
+    "ablation": ([P + "ablation_paper_summit.csv"], "plots/figures/paper_ablation.png"),
+    "largest": ([P + "memory_paper_summit.csv"], "plots/figures/paper_largest_model.png"),
+    "spike": ([P + "memory_paper-spike_thetagpu.csv"], "plots/figures/paper_optimizer_spike.png"),
     "ablation-variants": ([P + "ablation_paper_summit.csv"],
-                          "plots/projection_ablation_variants.png"),
+                          "plots/figures/projection_ablation_variants.png"),
     "weak-systems": ([P + "weak_scaling_paper_summit.csv"],
-                     "plots/projection_weak_scaling_systems.png"),
+                     "plots/figures/projection_weak_scaling_systems.png"),
     "strong-systems": ([P + "strong_scaling_paper_summit.csv",
                         P + "strong_scaling_paper-6.7B-4E_summit.csv"],
-                       "plots/projection_strong_scaling_systems.png"),
+                       "plots/figures/projection_strong_scaling_systems.png"),
 }
 NAMES = {"ted-baseline": "DeepSpeed-TED (baseline)", "ted": "DeepSpeed-TED",
          "deepspeed-moe": "DeepSpeed-MoE", "ted+dtd": "+DTD", "ted+cac": "+CAC",

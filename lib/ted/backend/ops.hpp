@@ -120,14 +120,6 @@ class Ops {
                                      int n, int in, int out) = 0;
   // The gate's logits x W in the master type (routing decisions are made in fp32).
   virtual void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) = 0;
-  virtual void gelu_forward(const T* x, T* y, std::size_t count) = 0;
-  // dx = dy * gelu'(x); dx may alias dy.
-  virtual void gelu_backward(const T* x, const T* dy, T* dx, std::size_t count) = 0;
-  // The FFN's first layer after its GEMM, one pass: hidden [rows, width] += bias, then
-  // act = gelu(hidden), computed in M (act from the unrounded sum).
-  virtual void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) = 0;
-  // d = d * gelu'(hidden) in place, and db += d's column sums (db may be null).
-  virtual void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) = 0;
   // Causal multi-head attention on qkv [batch*seq, 3h]; probs [batch, heads, seq, seq]. With
   // `dropout` active, out = dropout(probs) v (kernels/cpu/layers.hpp: the mask's rows are the
   // query tokens, its features (global head, key position)); probs stay undropped.

@@ -9,6 +9,7 @@
 
 #include "ted/bench/collective_plugin.hpp"
 #include "ted/core/error.hpp"
+#include "ted/core/random.hpp"
 
 namespace ted::bench {
 
@@ -46,13 +47,6 @@ int halfwidth_for(const CollectivePlugin& plugin, DataType dtype, int group_size
   double limit = exact_limit(dtype);
   double terms = plugin.reduces ? group_size : 1;
   return static_cast<int>(std::clamp(limit / terms, 1.0, 125.0));
-}
-
-std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 }  // namespace
@@ -94,7 +88,7 @@ CollectiveCase plan_case(CollectiveOp op, DataType dtype, std::size_t bytes, int
 }
 
 double pattern(int rank, std::size_t index, int halfwidth, DataType dtype) {
-  std::uint64_t h = mix((static_cast<std::uint64_t>(rank) << 40) ^ index);
+  std::uint64_t h = random::mix64((static_cast<std::uint64_t>(rank) << 40) ^ index);
   auto span = static_cast<std::uint64_t>(dtype == DataType::u8 ? halfwidth + 1 : 2 * halfwidth + 1);
   double value = static_cast<double>(h % span);
   return dtype == DataType::u8 ? value : value - halfwidth;

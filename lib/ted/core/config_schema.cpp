@@ -236,6 +236,10 @@ void ConfigSchema::set(const std::string& assignment, const std::string& origin)
   set_value(assignment.substr(0, equals), assignment.substr(equals + 1), origin);
 }
 
+void ConfigSchema::set_all(const std::vector<std::string>& assignments) {
+  for (const auto& assignment : assignments) set(assignment, "the command line's " + assignment);
+}
+
 namespace {
 // `name` as given when it exists (or is absolute or empty), else the first that exists of
 // <folder of yaml>/name, <its parent>/name, ...; unchanged when none does (the check that

@@ -55,6 +55,9 @@ class ConfigSchema {
   void load_yaml(const std::string& path);
   // "key=value"; `origin` names where it came from in messages (e.g. "--set").
   void set(const std::string& assignment, const std::string& origin = "--set");
+  // The command line's assignments in order, each named in messages as "the command line's
+  // key=value" (config_origin's words), whether --set or a program option gave it.
+  void set_all(const std::vector<std::string>& assignments);
   // Sets one key from text; `where` names the source in messages.
   void set_value(const std::string& key, const std::string& text, const std::string& where);
 

@@ -8,12 +8,16 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "ted/core/dtype.hpp"
 
 namespace ted {
 
 enum class DeviceKind { cpu, cuda };
+inline std::string_view to_string(DeviceKind kind) {
+  return kind == DeviceKind::cpu ? "cpu" : "cuda";
+}
 
 class Device {
  public:

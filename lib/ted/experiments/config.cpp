@@ -102,7 +102,7 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   ExperimentConfig c;
   ConfigSchema schema = c.schema();
   schema.load_yaml(path);
-  for (const auto& assignment : overrides) schema.set(assignment);
+  schema.set_all(overrides);
   const std::string where = config_origin(path, overrides);
   // A rule about one key names where that key's value came from: the file or the command line.
   auto fail = [&](const std::string& what, const std::string& key = "") {
@@ -111,7 +111,7 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   if (!experiment.empty() && c.experiment != experiment)
     fail("key 'experiment' must be '" + experiment + "' for this program, got '" + c.experiment +
          "'");
-  c.backend = c.train.run.backend;
+  c.backend = to_string(c.train.run.backend);
   auto count = [&](long long value, long long minimum, long long maximum, const char* key) {
     try {
       in_range(value, minimum, maximum, key);

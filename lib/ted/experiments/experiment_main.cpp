@@ -9,12 +9,15 @@
 #include <mpi.h>
 
 #include "ted/app/app_main.hpp"
+#include "ted/app/key_options.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/comm/mpi_communicator.hpp"
+#include "ted/core/cpu_features.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/git_revision.hpp"
 #include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
+#include "ted/kernels/cpu/blas.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"
 #include "ted/run/check.hpp"
@@ -68,7 +71,7 @@ void check_layouts(const Plan& plan, const std::string& where) {
 std::vector<std::string> memory_verdicts(const Plan& plan, const ExperimentConfig& config,
                                          const MpiSession& mpi) {
   const auto& run = config.train.run;
-  auto device = make_device(parse_device_kind(run.backend));
+  auto device = make_device(run.backend);
   const std::uint64_t free_bytes = device->free_bytes();
   std::vector<std::string> verdicts;
   for (const auto& point : plan.points) {
@@ -120,19 +123,14 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
                     const std::string& description, const Planner& planner,
                     const Summary& summary) {
   CLI::App app{description, "ted_" + experiment};
-  std::string config_path, csv, backend, dtype, comm;
+  std::string config_path;
   std::vector<std::string> overrides;
-  int iters = 0, point = 0;
+  int point = 0;
   CheckMode check;
   app.add_option("-c,--config", config_path, "experiment YAML (experiments/" + experiment + "/)")
       ->required();
   app.add_option("--set", overrides, "override a key: section.key=value (repeatable)");
-  app.add_option("--iters", iters, "timed iterations (run.iters; 0: one untimed step)");
-  app.add_option("--csv", csv,
-                 "CSV to append to (run.csv; default results/local/<experiment>/<config>.csv)");
-  app.add_option("--backend", backend, "cpu or cuda (run.backend)");
-  app.add_option("--dtype", dtype, "fp32, bf16 or fp16 (run.dtype; 16-bit: fp32 masters)");
-  app.add_option("--comm", comm, "mpi or nccl: what carries device buffers (run.comm)");
+  const KeyOptions keys(app, kExperimentOption);  // --iters, --csv, --backend, --dtype, --comm
   app.add_option("--point", point,
                  "run only the K-th point of the plan for these ranks, as the progress line "
                  "numbers them (a Slurm array task's index)")
@@ -142,11 +140,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
       argc, argv, app,
       [&](MpiSession& mpi) {
         // The options are --set overrides like any other, so the config's rules judge them.
-        if (app.count("--iters")) overrides.push_back("run.iters=" + std::to_string(iters));
-        if (app.count("--csv")) overrides.push_back("run.csv=" + csv);
-        if (app.count("--backend")) overrides.push_back("run.backend=" + backend);
-        if (app.count("--dtype")) overrides.push_back("run.dtype=" + dtype);
-        if (app.count("--comm")) overrides.push_back("run.comm=" + comm);
+        for (auto& assignment : keys.assignments()) overrides.push_back(std::move(assignment));
         ExperimentConfig config = load_config(config_path, overrides, experiment);
         if (config.csv.empty())
           config.csv = "results/local/" + experiment + "/" +
@@ -178,8 +172,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         // Before anything is measured, identically on every rank: can this machine run it?
         const auto& run = config.train.run;
         try {
-          require_backend(parse_device_kind(run.backend), parse_comm_backend(run.comm),
-                          MPI_COMM_WORLD);
+          require_backend(run.backend, run.comm, MPI_COMM_WORLD);
         } catch (const ConfigError& e) {
           throw ConfigError(config_path + ": keys 'run.backend/comm': " + e.what());
         }
@@ -198,6 +191,8 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
           std::printf("# ted_%s %s: %s, %zu points on %d ranks, warm-up %d, timed %d\n",
                       experiment.c_str(), std::string(git_revision()).c_str(), config_path.c_str(),
                       plan.points.size(), mpi.world_size(), config.warmup, config.iters);
+          std::printf("# blas: %s; cpu %s\n", kernels::cpu::blas_description().c_str(),
+                      describe(cpu_features()).c_str());
           for (const auto& line : plan.skipped) std::printf("# %s\n", line.c_str());
         }
         auto world = MpiCommunicator::world(nullptr);

@@ -200,7 +200,7 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
       for (int d : spec.shape) n *= static_cast<std::uint64_t>(d);
       result.parameters += n;
     }
-    if (point.train.run.backend == "cpu")
+    if (point.train.run.backend == DeviceKind::cpu)
       result.ranks_per_core = ranks_per_core(host->native_handle());
     if (!times.empty()) {
       split_time(times, comms, op_times, &result);

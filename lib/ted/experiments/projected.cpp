@@ -1,28 +1,30 @@
 #include "ted/experiments/projected.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <limits>
 
 #include "ted/core/error.hpp"
+#include "ted/core/units.hpp"
+#include "ted/experiments/rows.hpp"
 #include "ted/projection/fit.hpp"
 
 namespace ted::experiments {
 
 using namespace projection;
 
-StepShape shape_of(const Point& point, const std::string& dtype) {
-  StepShape s = projection::shape_of(point.train, point.layout);
-  s.element_bytes = element_bytes(dtype);
-  return s;
+StepShape shape_of(const Point& point) {
+  return projection::shape_of(point.train, point.layout);
 }
 
-StepShape shape_of(const Point& point, const std::string& dtype, const Cluster& cluster) {
-  StepShape s = shape_of(point, dtype);
+StepShape shape_of(const Point& point, const Cluster& cluster) {
+  StepShape s = shape_of(point);
   s.skip_empty_slots = cluster.device.rfind("cpu", 0) == 0;
   return s;
 }
 
-Result project(const Point& point, const Cluster& cluster, const std::string& dtype) {
-  const StepShape s = shape_of(point, dtype, cluster);
+Result project(const Point& point, const Cluster& cluster) {
+  const StepShape s = shape_of(point, cluster);
   const StepTime t = step_time(s, cluster);
   const StepTraffic traffic = step_traffic(s);
   const MemoryEstimate memory = step_memory(s);
@@ -91,11 +93,11 @@ std::vector<Candidate> search(const ExperimentConfig& config, int gpus, const Cl
       }
       c.point = make_point(config, system, layout, config.train, global_batch);
       c.point.budget = static_cast<std::int64_t>(cluster.memory_bytes);
-      const StepShape s = shape_of(c.point, config.train.run.dtype, cluster);
+      const StepShape s = shape_of(c.point, cluster);
       c.time = step_time(s, cluster);
       c.peak = step_memory(s).total;
       c.fits = static_cast<double>(c.peak) <= cluster.memory_bytes;
-      c.result = project(c.point, cluster, config.train.run.dtype);
+      c.result = project(c.point, cluster);
       out.push_back(c);
     }
   }
@@ -109,6 +111,74 @@ void rank(std::vector<Candidate>& candidates) {
                      if (a.fits != b.fits) return a.fits;
                      return a.time.total() < b.time.total();
                    });
+}
+
+namespace {
+// The rows of projected points carry backend "projected:<cluster>" and no timed iterations.
+ExperimentConfig labelled_for(const ExperimentConfig& config, const Cluster& cluster) {
+  ExperimentConfig labelled = config;
+  labelled.backend = "projected:" + cluster.name;
+  labelled.iters = 0;
+  labelled.warmup = 0;
+  return labelled;
+}
+}  // namespace
+
+CsvTable project_plan(const ExperimentConfig& config, const Cluster& cluster,
+                      const std::string& where, const std::string& command,
+                      std::vector<Point>* points) {
+  Plan plan = plan_for(config.experiment)(config, where, std::numeric_limits<int>::max());
+  CsvTable table = result_table();
+  const ExperimentConfig labelled = labelled_for(config, cluster);
+  for (std::size_t i = 0; i < plan.points.size(); ++i) {
+    // Every projected row is judged against the cluster's memory (the fits column), the
+    // memory experiment's against its own budget.
+    if (plan.points[i].budget < 0)
+      plan.points[i].budget = static_cast<std::int64_t>(cluster.memory_bytes);
+    auto result = project(plan.points[i], cluster);
+    print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()), plan.points[i],
+                   result);
+    const auto budget = static_cast<std::uint64_t>(plan.points[i].budget);
+    std::printf(
+        "      memory: peak %s per rank, %s %s: %s\n", format_bytes(result.peak_total).c_str(),
+        budget == static_cast<std::uint64_t>(cluster.memory_bytes) ? "device" : "budget",
+        format_bytes(budget).c_str(), result.peak_total <= budget ? "fits" : "does not fit");
+    add_result(table, labelled, plan.points[i], result, command);
+  }
+  *points = std::move(plan.points);
+  return table;
+}
+
+int search_global_batch(const ExperimentConfig& config, int given, const std::string& where) {
+  int global_batch = given;
+  if (global_batch == 0) global_batch = config.global_batch;
+  if (global_batch == 0 && config.ep > 0 && config.dp > 0)
+    global_batch =
+        config.train.data.micro_batches * config.train.data.micro_batch * config.ep * config.dp;
+  if (global_batch == 0)
+    throw ConfigError(where +
+                      ": the search compares layouts at one global batch: give "
+                      "--global-batch, data.global_batch, or layout.ep and layout.dp");
+  return global_batch;
+}
+
+CsvTable print_search(const ExperimentConfig& config, const std::vector<Candidate>& candidates,
+                      int top, const Cluster& cluster, const std::string& command) {
+  std::printf("%4s %-18s %3s %3s %4s %6s %10s %10s %10s %10s %5s\n", "rank", "system", "T", "Ep",
+              "D", "micro", "ms/iter", "compute", "comm", "peak GB", "fits");
+  CsvTable table = result_table();
+  const ExperimentConfig labelled = labelled_for(config, cluster);
+  // The --top rows, printed and written: the CSV stays small.
+  for (std::size_t i = 0; i < candidates.size() && static_cast<int>(i) < top; ++i) {
+    const auto& c = candidates[i];
+    std::printf("%4zu %-18s %3d %3d %4d %6d %10.1f %10.1f %10.1f %10.2f %5s\n", i + 1,
+                c.point.system.name.c_str(), c.point.layout.tensor, c.point.layout.expert,
+                c.point.layout.data, c.point.train.data.micro_batches, c.time.total() * 1e3,
+                c.time.compute * 1e3, c.time.communication * 1e3, c.peak / 1e9,
+                c.fits ? "yes" : "no");
+    add_result(table, labelled, c.point, c.result, command);  // in rank order
+  }
+  return table;
 }
 
 }  // namespace ted::experiments

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ted/core/csv.hpp"
 #include "ted/experiments/measure.hpp"
 #include "ted/experiments/plans.hpp"
 #include "ted/projection/cluster.hpp"
@@ -14,16 +15,16 @@
 
 namespace ted::experiments {
 
-// The shape the projection reads of a point, its elements `dtype`.
-projection::StepShape shape_of(const Point& point, const std::string& dtype);
-// ... on `cluster`, whose backend decides what the experts compute under a forced routing
-// workload: the CPU backend (a "cpu-*" device) leaves the empty capacity slots out
-// (Routing::kept), a GPU (the CUDA backend, DeepSpeed-MoE) computes every slot.
-projection::StepShape shape_of(const Point& point, const std::string& dtype,
-                               const projection::Cluster& cluster);
+// The shape the projection reads of a point (in its run.dtype).
+projection::StepShape shape_of(const Point& point);
+// ... on `cluster`, whose backend decides what the
+// experts compute under a forced routing workload: the CPU backend (a "cpu-*" device) leaves the
+// empty capacity slots out (Routing::kept), a GPU (the CUDA backend, DeepSpeed-MoE) computes
+// every slot.
+projection::StepShape shape_of(const Point& point, const projection::Cluster& cluster);
 
 // One point's projected result (time = median = p10 = p90; peaks from the memory model).
-Result project(const Point& point, const projection::Cluster& cluster, const std::string& dtype);
+Result project(const Point& point, const projection::Cluster& cluster);
 
 // The layout search: every layout T x Ep x D of `gpus` the model splits over and every
 // system (ted-baseline, +dtd, +cac, +dtd+cac, +dtd+cac+rs; T = 1 layouts are DeepSpeed-MoE),
@@ -43,5 +44,24 @@ std::vector<Candidate> search(const ExperimentConfig& config, int gpus,
                               int* left_out = nullptr);
 // Orders candidates: fitting before not fitting, then faster first (stable).
 void rank(std::vector<Candidate>& candidates);
+
+// ted_project experiment: every point of the config's plan projected on `cluster` (each judged
+// against the cluster's memory, the memory experiment's against its budget), a progress line
+// and a memory line printed per point. Returns the rows (backend "projected:<cluster>"); the
+// points in `points`.
+CsvTable project_plan(const ExperimentConfig& config, const projection::Cluster& cluster,
+                      const std::string& where, const std::string& command,
+                      std::vector<Point>* points);
+
+// ted_project search: the sequences per step every layout is compared at: `given` (nonzero),
+// else data.global_batch, else the YAML layout's micro_batches x micro_batch x ep x dp;
+// ConfigError when there is none (every layout must process the same sequences per step, or
+// their times do not compare).
+int search_global_batch(const ExperimentConfig& config, int given, const std::string& where);
+
+// The search's first `top` candidates printed as a table, and returned as the experiments' CSV
+// rows in rank order.
+CsvTable print_search(const ExperimentConfig& config, const std::vector<Candidate>& candidates,
+                      int top, const projection::Cluster& cluster, const std::string& command);
 
 }  // namespace ted::experiments

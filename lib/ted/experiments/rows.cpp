@@ -9,6 +9,7 @@
 #include "ted/core/git_revision.hpp"
 #include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
+#include "ted/kernels/cpu/blas.hpp"
 #include "ted/routing/workload.hpp"
 
 namespace ted::experiments {
@@ -39,9 +40,14 @@ CsvField or_empty(bool present, CsvField value) {
   return present ? std::move(value) : CsvField(std::string());
 }
 
-// The experiments' CSV, declared once. threads, slurm_job, ranks_per_core, run_id, attention and
-// the routing columns (workload .. rank_compute_ms_mean) are last, so older CSVs gained them as
-// trailing columns.
+// A row measured here, not projected.
+bool ran(const ResultRow& x) {
+  return x.result.status.rfind("projected", 0) != 0;
+}
+
+// The experiments' CSV, declared once. threads, slurm_job, ranks_per_core, run_id, attention,
+// the routing columns (workload .. rank_compute_ms_mean) and blas, blas_kernel are last, so
+// older CSVs gained them as trailing columns.
 CsvColumns<ResultRow> make_columns() {
   using R = const ResultRow&;
   using ll = long long;
@@ -64,7 +70,8 @@ CsvColumns<ResultRow> make_columns() {
   c.add("micro_batch", [](R x) { return ll(x.point.train.data.micro_batch); });
   c.add("micro_batches", [](R x) { return ll(x.point.train.data.micro_batches); });
   c.add("backend", [](R x) { return x.config.backend; });
-  c.add("dtype", [](R x) { return x.point.train.run.dtype; });
+  c.add("dtype",
+        [](R x) { return CsvField(std::string(precision_name(x.point.train.run.dtype))); });
   c.add("grad_dtype",
         [](R x) { return CsvField(std::string(precision_name(x.point.train.model.grad_dtype))); });
   c.add("comm", [](R x) { return x.result.comm; });
@@ -145,6 +152,10 @@ CsvColumns<ResultRow> make_columns() {
   straggler("straggler_comm_ms", &Result::straggler_comm_ms);
   straggler("straggler_all_to_all_ms", &Result::straggler_all_to_all_ms);
   straggler("rank_compute_ms_mean", &Result::rank_compute_ms_mean);
+  // The host's BLAS and the kernels it ran (kernels/cpu/blas_library.hpp): a CPU row's times
+  // depend on them. Empty in a projected row (nothing ran).
+  c.add("blas", [](R x) { return or_empty(ran(x), CsvField(kernels::cpu::blas_name())); });
+  c.add("blas_kernel", [](R x) { return or_empty(ran(x), CsvField(kernels::cpu::blas_kernel())); });
   return c;
 }
 

@@ -7,6 +7,15 @@
 
 namespace ted::model {
 
+DataType gradient_type(DataType storage, DataType asked) {
+  const DataType master = storage == DataType::f64 ? DataType::f64 : DataType::f32;
+  if (asked == DataType::f32) return master;
+  if (asked == storage && storage != master) return storage;
+  throw ConfigError("training.grad_dtype must be fp32 or the storage type run.dtype (" +
+                    std::string(precision_name(storage)) + "), got '" +
+                    std::string(precision_name(asked)) + "'");
+}
+
 void check_tensor_elements(double elements, const std::string& what) {
   if (elements > kMaxTensorElements)
     throw ConfigError(what + " makes one tensor of " + std::to_string(elements) +
@@ -26,9 +35,6 @@ void ModelConfig::validate() const {
   if (hidden % heads != 0)
     throw ConfigError("model.heads (" + std::to_string(heads) + ") must divide model.hidden (" +
                       std::to_string(hidden) + ")");
-  if (attention != "auto" && attention != "fused" && attention != "materialized")
-    throw ConfigError("model.attention must be auto, fused or materialized, got '" + attention +
-                      "'");
   if (gate.top_k != 1 && gate.top_k != 2)
     throw ConfigError("gating.top_k must be 1 or 2, got " + std::to_string(gate.top_k));
   if (gate.top_k > gate.experts)

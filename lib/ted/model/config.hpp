@@ -10,6 +10,25 @@
 
 namespace ted::model {
 
+// model.attention: "fused" (scores one tile at a time, each row's log-sum-exp kept: the
+// backend's FlashAttention-2, or cuDNN's fused attention on a GPU where it takes the shape),
+// "materialized" (the [seq, seq] probabilities kept per head, as the Megatron of the paper's
+// time did), or "auto": the backend's fastest of the two for the shape (GptModel::attention()
+// says which ran). The projection counts auto as fused.
+enum class AttentionKind { automatic, fused, materialized };
+inline constexpr const char* kAttentionNames[] = {"auto", "fused", "materialized"};
+inline const char* to_string(AttentionKind kind) {
+  return kAttentionNames[static_cast<int>(kind)];
+}
+
+// The parameter gradients' element type of a model whose weights are `storage` (fp32, fp64,
+// bf16, fp16) when training.grad_dtype asks for `asked`: the master type (fp32; fp64 for fp64)
+// when fp32 is asked, or a 16-bit storage type itself (DeepSpeed's fp16 ZeRO-1 keeps them so:
+// accumulated once per micro-batch and reduced in 16-bit). ConfigError naming
+// training.grad_dtype otherwise. The one rule: the training config, the model, its parameters,
+// the projection and ted_project all ask it.
+DataType gradient_type(DataType storage, DataType asked);
+
 struct ModelConfig {
   int vocab = 64;
   int seq_len = 32;
@@ -29,17 +48,9 @@ struct ModelConfig {
   // FFN or MoE, before the residual add), as GPT-3 and Megatron place it (GPT-3: 0.1); masks
   // drawn from counters of (seed, step, layer, global token, feature), the same on every layout.
   double dropout = 0;
-  // Causal attention: "fused" (scores one tile at a time, each row's log-sum-exp kept: the
-  // backend's FlashAttention-2, or cuDNN's fused attention on a GPU where it takes the shape),
-  // "materialized" (the [seq, seq] probabilities kept per head, as the Megatron of the paper's
-  // time did), or "auto": the backend's fastest of the two for the shape (GptModel::attention()
-  // says which ran). The projection counts auto as fused.
-  std::string attention = "auto";
-  // Parameter gradients: f32, the master type; or the storage type (bf16, f16: the model's
-  // own), as DeepSpeed's fp16 ZeRO-1 keeps them: 16-bit, accumulated once per micro-batch and
-  // reduced in 16-bit. Only a 16-bit storage type has 16-bit gradients.
+  AttentionKind attention = AttentionKind::automatic;  // causal attention (AttentionKind)
+  // training.grad_dtype: f32, or the storage type (gradient_type decides what it means).
   DataType grad_dtype = DataType::f32;
-  bool storage_gradients() const { return grad_dtype != DataType::f32; }
   std::uint64_t seed = 1234;
   double init_std = 0.02;
 
@@ -56,7 +67,7 @@ struct ModelConfig {
     return tie_embeddings ? padded_vocab(tensor) / tensor : vocab;
   }
   bool is_moe(int layer) const { return (layer + 1) % expert_interval == 0; }
-  bool fused_attention() const { return attention != "materialized"; }
+  bool fused_attention() const { return attention != AttentionKind::materialized; }
   // Throws ConfigError naming the key and the rule.
   void validate() const;
   // The tensors that grow with the micro-batch stay within kMaxTensorElements.

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <string>
-#include <type_traits>
+#include <tuple>
 
 #include "ted/backend/memory.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/core/error.hpp"
+#include "ted/model/gpt_params.hpp"
 
 namespace ted::model {
 
@@ -44,97 +45,57 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   if (parallel_.tensor) T_ = parallel_.tensor->size(), t_ = parallel_.tensor->rank();
   if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
   check_layout(config_, T_, Ep_, parallel_.exchange, parallel_.cac, parallel_.cac_all_reduce);
-  // 16-bit gradients are the weights' own type (the kernels round once into it); the training
-  // config checks its keys for this before a model is built.
-  const bool storage_gradients = config_.storage_gradients();
-  if (storage_gradients && (std::is_same_v<T, M> || config_.grad_dtype != dtype_of<T>::value))
-    throw ConfigError("16-bit gradients must be in the model's own storage type (" +
-                      std::string(precision_name(dtype_of<T>::value)) + "), got " +
-                      std::string(precision_name(config_.grad_dtype)));
-  const int h = config_.hidden, f = config_.ffn(), E = config_.gate.experts;
+  // 16-bit gradients are the weights' own type (the kernels round once into it).
+  gradient_type(dtype_of<T>::value, config_.grad_dtype);  // ConfigError unless it can be
   resolve_attention();
 
-  // Shards: column-parallel tensors keep columns t of T, row-parallel ones rows t of T; experts
-  // keep experts e of Ep. Everything else is whole on every rank.
-  const int hl = h / T_, El = E / Ep_;
-  const DimSlice all{};
-  auto part = [&](int width) { return DimSlice{{t_ * (width / T_), width / T_}}; };
-  const DimSlice qkv_cols{{t_ * hl, hl}, {h + t_ * hl, hl}, {2 * h + t_ * hl, hl}};
-  const DimSlice experts{{e_ * El, El}};
-  auto add = [&](std::string name, std::vector<int> shape, ParamInit init, bool decay,
-                 std::vector<DimSlice> slice = {}, ParamKind kind = ParamKind::dense) {
-    ParamSpec spec;
-    spec.name = std::move(name);
-    spec.shape = std::move(shape);
-    spec.kind = kind;
-    spec.init = init;
-    spec.decay = decay;
-    // Tensor-split: a dimension other than the expert one is cut by t.
-    for (std::size_t d = 0; d < slice.size(); ++d)
-      if (!slice[d].empty() && !(kind == ParamKind::expert && d == 0) && T_ > 1)
-        spec.tensor_replicated = false;
-    spec.slice = std::move(slice);
-    return params_.add(std::move(spec));
-  };
-  const auto X = ParamKind::expert;
-  // Tied embeddings: one [V', h] table (V' the vocabulary padded to a multiple of T), rows
-  // [t V'/T, (t + 1) V'/T) on tensor rank t, the padding rows (past V) 0. No weight decay, as
-  // for every embedding here (the DeepSpeed baselines' rule too).
+  // Every tensor's spec for this rank (gpt_params.hpp), in id order; the ids by name.
+  const GptParamSpecs specs =
+      gpt_param_specs(config_, {T_, t_, Ep_, e_, parallel_.exchange.split_experts});
+  for (const ParamSpec& spec : specs.specs) params_.add(spec);
+  tok_emb_ = specs.id("tok_emb");
+  pos_emb_ = specs.id("pos_emb");
+  // Tied embeddings: this rank's slice of the vocabulary (gpt_params.cpp), the LM head's columns.
   tied_ = config_.tie_embeddings;
-  const int V = config_.vocab, padded = config_.padded_vocab(T_);
   vocab_rows_ = config_.vocab_rows(T_);
   first_word_ = tied_ ? t_ * vocab_rows_ : 0;
-  words_ = std::clamp(V - first_word_, 0, vocab_rows_);
-  if (tied_) {
-    ParamSpec table;
-    table.name = "tok_emb";
-    table.shape = {padded, h};
-    table.init = ParamInit::normal;
-    table.decay = false;
-    if (T_ > 1) {
-      table.slice = {{{first_word_, vocab_rows_}}};
-      table.tensor_replicated = false;
-    }
-    table.padding_from = static_cast<std::size_t>(words_) * h;
-    tok_emb_ = params_.add(std::move(table));
-  } else {
-    tok_emb_ = add("tok_emb", {V, h}, ParamInit::normal, false);
-  }
-  pos_emb_ = add("pos_emb", {config_.seq_len, h}, ParamInit::normal, false);
+  words_ = std::clamp(config_.vocab - first_word_, 0, vocab_rows_);
   for (int l = 0; l < config_.layers; ++l) {
-    std::string p = "block" + std::to_string(l) + ".";
+    auto id = [&](const std::string& name) {
+      return specs.id("block" + std::to_string(l) + "." + name);
+    };
     BlockIds ids{};
-    ids.first_param = static_cast<int>(params_.specs().size());
-    ids.ln1_g = add(p + "ln1.g", {h}, ParamInit::ones, false);
-    ids.ln1_b = add(p + "ln1.b", {h}, ParamInit::zeros, false);
-    ids.qkv_w = add(p + "attn.qkv.w", {h, 3 * h}, ParamInit::normal, true, {all, qkv_cols});
-    ids.qkv_b = add(p + "attn.qkv.b", {3 * h}, ParamInit::zeros, false, {qkv_cols});
-    ids.proj_w = add(p + "attn.proj.w", {h, h}, ParamInit::normal, true, {part(h)});
-    ids.proj_b = add(p + "attn.proj.b", {h}, ParamInit::zeros, false);
-    ids.ln2_g = add(p + "ln2.g", {h}, ParamInit::ones, false);
-    ids.ln2_b = add(p + "ln2.b", {h}, ParamInit::zeros, false);
+    std::tie(ids.first_param, ids.end_param) = specs.blocks[static_cast<std::size_t>(l)];
+    ids.ln1_g = id("ln1.g");
+    ids.ln1_b = id("ln1.b");
+    ids.qkv_w = id("attn.qkv.w");
+    ids.qkv_b = id("attn.qkv.b");
+    ids.proj_w = id("attn.proj.w");
+    ids.proj_b = id("attn.proj.b");
+    ids.ln2_g = id("ln2.g");
+    ids.ln2_b = id("ln2.b");
     ids.moe = config_.is_moe(l);
     if (ids.moe) {
-      ids.gate_w = add(p + "moe.gate.w", {h, E}, ParamInit::normal, true);
-      const DimSlice expert_f = parallel_.exchange.split_experts ? part(f) : all;
-      ids.e_w1 = add(p + "moe.w1", {E, h, f}, ParamInit::normal, true, {experts, all, expert_f}, X);
-      ids.e_b1 = add(p + "moe.b1", {E, f}, ParamInit::zeros, false, {experts, expert_f}, X);
-      ids.e_w2 = add(p + "moe.w2", {E, f, h}, ParamInit::normal, true, {experts, expert_f}, X);
-      ids.e_b2 = add(p + "moe.b2", {E, h}, ParamInit::zeros, false, {experts}, X);
+      ids.gate_w = id("moe.gate.w");
+      ids.e_w1 = id("moe.w1");
+      ids.e_b1 = id("moe.b1");
+      ids.e_w2 = id("moe.w2");
+      ids.e_b2 = id("moe.b2");
     } else {
-      ids.fc1_w = add(p + "ffn.fc1.w", {h, f}, ParamInit::normal, true, {all, part(f)});
-      ids.fc1_b = add(p + "ffn.fc1.b", {f}, ParamInit::zeros, false, {part(f)});
-      ids.fc2_w = add(p + "ffn.fc2.w", {f, h}, ParamInit::normal, true, {part(f)});
-      ids.fc2_b = add(p + "ffn.fc2.b", {h}, ParamInit::zeros, false);
+      ids.fc1_w = id("ffn.fc1.w");
+      ids.fc1_b = id("ffn.fc1.b");
+      ids.fc2_w = id("ffn.fc2.w");
+      ids.fc2_b = id("ffn.fc2.b");
     }
-    ids.end_param = static_cast<int>(params_.specs().size());
     blocks_.push_back(ids);
   }
-  lnf_g_ = add("lnf.g", {h}, ParamInit::ones, false);
-  lnf_b_ = add("lnf.b", {h}, ParamInit::zeros, false);
-  if (!tied_) lm_head_ = add("lm_head.w", {h, V}, ParamInit::normal, true);
+  lnf_g_ = specs.id("lnf.g");
+  lnf_b_ = specs.id("lnf.b");
+  if (!tied_) lm_head_ = specs.id("lm_head.w");
+  embedding_stage_ = specs.embedding;
+  head_stage_ = specs.head;
   params_.allocate(*ops_, config_.seed, config_.init_std, parallel_.dense_pad, parallel_.expert_pad,
-                   storage_gradients);
+                   config_.grad_dtype);
 }
 
 // model.attention on this backend: fused or materialized as asked; auto takes the backend's
@@ -144,8 +105,8 @@ template <typename T>
 void GptModel<T>::resolve_attention() {
   const int heads = config_.heads / T_, hl = config_.hidden / T_, S = config_.seq_len;
   const auto fused = ops_->fused_attention(S, heads, hl, config_.dropout > 0);
-  fused_attention_ = config_.attention == "fused" ||
-                     (config_.attention == "auto" &&
+  fused_attention_ = config_.attention == AttentionKind::fused ||
+                     (config_.attention == AttentionKind::automatic &&
                       (fused.fastest || double(heads) * S * S > kMaxTensorElements));
   attention_ = fused_attention_ ? fused.kernel : "materialized";
 }
@@ -169,8 +130,8 @@ MoeParams<T> GptModel<T>::moe_params(const BlockIds& ids) const {
 }
 
 template <typename T>
-MoeExchange GptModel<T>::moe_exchange(bool recompute) const {
-  MoeExchange x;
+ExchangeSetup GptModel<T>::exchange_setup(bool recompute) const {
+  ExchangeSetup x;
   x.expert = Ep_ > 1 ? parallel_.expert : nullptr;
   x.expert_control = Ep_ > 1 ? parallel_.expert_control : nullptr;
   x.tensor = T_ > 1 ? parallel_.tensor : nullptr;
@@ -263,7 +224,7 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
     const int groups = B / group_sequences_, group_tokens = group_sequences_ * S;
     const MoeShape shape{group_tokens, h, parallel_.exchange.split_experts ? fl : config_.ffn(),
                          config_.gate.experts};
-    const MoeExchange exchange = moe_exchange(recompute);
+    const ExchangeSetup exchange = exchange_setup(recompute);
     a.moe.resize(groups);
     a.aux = 0;
     a.dropped = 0;
@@ -365,7 +326,7 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
     for (int g = 0; g < groups; ++g) {
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
       moe_backward<T>(ops, a.ln2.data() + offset, d_ffn + offset, d_ln2.data() + offset, shape,
-                      moe_params(ids), moe_exchange(false), a.moe[g], aux_scale, grads);
+                      moe_params(ids), exchange_setup(false), a.moe[g], aux_scale, grads);
     }
   } else {
     Tensor<T> d_hidden(device_, static_cast<std::size_t>(N) * fl);
@@ -507,12 +468,12 @@ void GptModel<T>::backward(M loss_scale) {
   Ops<T>& ops = *ops_;
   // The logits' gradient replaces them, with the loss scale inside (fp16 holds it scaled).
   T* d_logits = logits_.data();
-  // 16-bit gradients: the head's, in fp32 (the tied table's share from the head here, its
-  // share from the embedding in the embedding's stage).
-  if (tied_)
-    params_.open_stage({lnf_g_, lnf_b_, tok_emb_});
-  else
-    params_.open_stage(lnf_g_, lm_head_ + 1);
+  // 16-bit gradients: the head's, in fp32 (with tied embeddings also the table's share from the
+  // head; its share from the embedding is staged with the embedding's).
+  std::vector<int> head_ids;
+  for (int id = head_stage_.first; id < head_stage_.second; ++id) head_ids.push_back(id);
+  if (tied_) head_ids.push_back(tok_emb_);
+  params_.open_stage(head_ids);
   ops.cross_entropy_backward(logits_.data(), target_ids_.data(), log_sum_.data(), d_logits, tokens_,
                              vocab_rows_, loss_scale, first_word_, words_);
   Tensor<T> d_lnf = zeros<T>(device_, Nh);
@@ -540,7 +501,7 @@ void GptModel<T>::backward(M loss_scale) {
     acts_[l] = BlockActs{};
     std::swap(d_x, d_prev);
   }
-  params_.open_stage(tok_emb_, pos_emb_ + 1);
+  params_.open_stage(embedding_stage_.first, embedding_stage_.second);
   ops.embedding_backward(token_ids_.data(), d_x.data(), params_.grad(tok_emb_),
                          params_.grad(pos_emb_), tokens_, S, h, first_word_, words_);
   params_.close_stage();

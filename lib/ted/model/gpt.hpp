@@ -133,7 +133,7 @@ class GptModel {
   void block_backward(int layer, const T* d_out, T* d_in, BlockActs& acts);
   void release_internals(BlockActs& acts);
   MoeParams<T> moe_params(const BlockIds& ids) const;
-  MoeExchange moe_exchange(bool recompute) const;
+  ExchangeSetup exchange_setup(bool recompute) const;
   void tensor_all_reduce(T* data, std::size_t count);
   // A row-parallel layer's output summed over the tensor group; under CAC with all-reduce
   // stashing the forward keeps it and the recompute takes it instead of computing and reducing.
@@ -150,6 +150,7 @@ class GptModel {
   std::string attention_;
   ParamSet<T> params_;
   int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_ = -1;  // lm_head_: untied only
+  std::pair<int, int> embedding_stage_, head_stage_;      // ids [first, end) staged together
   // The vocabulary this rank's table and logits hold: vocab_rows_ rows (columns of the logits),
   // the words first_word_ .. first_word_ + words_ - 1, the rest padding. Untied: all of it.
   bool tied_ = false;

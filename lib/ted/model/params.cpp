@@ -6,6 +6,7 @@
 
 #include "ted/backend/memory.hpp"
 #include "ted/core/error.hpp"
+#include "ted/model/config.hpp"
 
 namespace ted::model {
 
@@ -81,11 +82,11 @@ void ParamLayout::lay_out(std::size_t dense_pad, std::size_t expert_pad) {
 
 template <typename T>
 void ParamSet<T>::allocate(Ops<T>& ops, std::uint64_t seed, double init_std, std::size_t dense_pad,
-                           std::size_t expert_pad, bool storage_gradients) {
+                           std::size_t expert_pad, DataType grad_dtype) {
   Device& device = ops.device();
   device_ = &device;
   ops_ = &ops;
-  storage_gradients_ = storage_gradients && !std::is_same_v<T, M>;
+  storage_gradients_ = model::gradient_type(dtype_of<T>::value, grad_dtype) != dtype_of<M>::value;
   layout_.lay_out(dense_pad, expert_pad);
   stage_at_.assign(specs().size(), kNotStaged);
   {

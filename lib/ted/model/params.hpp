@@ -75,11 +75,11 @@ class ParamSet {
  public:
   using M = master_t<T>;
   int add(ParamSpec spec) { return layout_.add(std::move(spec)); }
-  // Lays out the flat buffers, allocates values and zeroed gradients (of T when
-  // storage_gradients, else of M) on the ops' device and initialises the values there (padding
-  // stays 0).
+  // Lays out the flat buffers, allocates values and zeroed gradients (of the type
+  // gradient_type(T, grad_dtype) decides, model/config.hpp: M, or T with 16-bit gradients) on
+  // the ops' device and initialises the values there (padding stays 0).
   void allocate(Ops<T>& ops, std::uint64_t seed, double init_std, std::size_t dense_pad = 1,
-                std::size_t expert_pad = 1, bool storage_gradients = false);
+                std::size_t expert_pad = 1, DataType grad_dtype = DataType::f32);
 
   T* value(int id) { return values_.data() + layout_.specs()[id].offset; }
   const T* value(int id) const { return values_.data() + layout_.specs()[id].offset; }

@@ -68,7 +68,7 @@ double gemm_time(const GemmShape& g, const Cluster& c, double w) {
 }
 
 double gemm_seconds(const StepShape& s, const Cluster& c) {
-  const double w = static_cast<double>(s.element_bytes);
+  const double w = static_cast<double>(s.element_bytes());
   // Under a forced workload each micro-batch's GEMMs on the loaded rank (step_load), else one
   // micro-batch's, every one the same.
   const StepLoad load = step_load(s);
@@ -96,7 +96,8 @@ double gemm_seconds(const StepShape& s, const Cluster& c) {
 double memory_bound_bytes(const StepShape& s) {
   const auto& m = s.model;
   const Dims d = dims_of(s);
-  const double w = static_cast<double>(s.element_bytes), mw = static_cast<double>(s.master_bytes());
+  const double w = static_cast<double>(s.element_bytes()),
+               mw = static_cast<double>(s.master_bytes());
   const double X = d.N * d.h;
   const double scores = d.B * d.Hl * d.S * d.S;  // one layer's attention probabilities
   const StepLoad load = step_load(s);
@@ -178,7 +179,8 @@ double optimizer_bytes(const StepShape& s) {
   const double expert_n = distributed && p.zero1 ? s.layout.data : 1;
   const double mine =
       static_cast<double>(parts.dense) / dense_n + static_cast<double>(parts.expert) / expert_n;
-  const double w = static_cast<double>(s.element_bytes), mw = static_cast<double>(s.master_bytes());
+  const double w = static_cast<double>(s.element_bytes()),
+               mw = static_cast<double>(s.master_bytes());
   const double gw = static_cast<double>(s.grad_bytes());
   const bool mixed = w < mw;
   // Per element of this rank's shard: the norm reads the gradient (in its type); the temporary
@@ -227,7 +229,7 @@ double overlap_hidden(const StepShape& s, const Cluster& c, double all_to_all, d
   const double forwards = m.checkpoint && !p.cac ? 2 : 1;  // forward passes that communicate
   const double passes = (forwards + 1) * moe_layers * s.micro_batches;
   const double a = all_to_all / passes;
-  const double w = static_cast<double>(s.element_bytes), local = d.E / d.Ep;
+  const double w = static_cast<double>(s.element_bytes()), local = d.E / d.Ep;
   const GemmShape fc1{d.expert_rows, d.expert_f, d.h, local},
       fc2{d.expert_rows, d.h, d.expert_f, local};
   double forward = 0, backward = 0;

@@ -27,7 +27,7 @@ Sizes sizes_of(const StepShape& s) {
   const auto& m = s.model;
   const auto& p = s.parallel;
   Sizes z;
-  z.w = s.element_bytes;
+  z.w = s.element_bytes();
   z.mw = s.master_bytes();
   z.gw = s.grad_bytes();
   z.T = s.layout.tensor;
@@ -81,14 +81,21 @@ Stages gradient_stages(const StepShape& s, const Sizes& z) {
   const bool staging = s.storage_gradients();
   Stages g;
   g.block.assign(static_cast<std::size_t>(m.layers), 0);
-  // The LM head's stage holds the final LayerNorm and the head's table (the tied table too: its
-  // gradient is staged once from the head and once from the embedding).
-  g.head = staging ? z.mw * (2 * z.h + z.h * z.V) : 0;
-  g.embedding = staging ? z.mw * (z.V * z.h + z.S * z.h) : 0;
+  if (!staging) return g;
+  // The groups backward stages together (model/gpt_params.hpp), in the master width. The head's
+  // holds the tied table too (its gradient is staged once from the head, once from the
+  // embedding).
+  const model::GptParamSpecs specs = param_specs(m, s.layout, z.x.split);
+  auto staged = [&](model::GptParamSpecs::Ids ids) {
+    const auto [dense, expert] = specs.elements(ids);
+    return z.mw * (dense + expert);
+  };
+  g.head = staged(specs.head);
+  if (specs.head_table >= 0) g.head += staged({specs.head_table, specs.head_table + 1});
+  g.embedding = staged(specs.embedding);
   g.largest = std::max(g.head, g.embedding);
-  for (int l = 0; l < m.layers && staging; ++l) {
-    const ParameterParts block = block_parameters(m, s.layout, z.x.split, l);
-    g.block[static_cast<std::size_t>(l)] = z.mw * (block.dense + block.expert);
+  for (int l = 0; l < m.layers; ++l) {
+    g.block[static_cast<std::size_t>(l)] = staged(specs.blocks[static_cast<std::size_t>(l)]);
     g.largest = std::max(g.largest, g.block[static_cast<std::size_t>(l)]);
   }
   return g;

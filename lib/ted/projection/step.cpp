@@ -7,6 +7,7 @@
 
 #include "ted/routing/gating.hpp"
 #include "ted/routing/workload.hpp"
+#include "ted/train/data.hpp"
 
 namespace ted::projection {
 
@@ -46,10 +47,6 @@ class Planner {
 
 }  // namespace
 
-std::size_t element_bytes(const std::string& dtype) {
-  return dtype == "fp32" ? 4 : 2;
-}
-
 StepShape shape_of(const train::TrainConfig& train, const Layout& layout) {
   StepShape s;
   s.model = train.model;
@@ -57,7 +54,7 @@ StepShape shape_of(const train::TrainConfig& train, const Layout& layout) {
   s.micro_batches = train.data.micro_batches;
   s.layout = layout;
   s.parallel = train.parallel;
-  s.element_bytes = element_bytes(train.run.dtype);
+  s.dtype = train.run.dtype;
   return s;
 }
 
@@ -106,14 +103,12 @@ std::vector<int> cached_group_load(const StepShape& s, int layer, std::int64_t f
 
 std::vector<int> group_load(const StepShape& s, int layer, int data_index, int expert_rank,
                             int micro) {
-  const std::int64_t Ep = s.layout.expert, ranks = Ep * s.layout.data;
-  // The trainer's numbering (train/trainer.cpp): global micro-batch m x (Ep D) + the rank's
-  // index in its non-expert data group, e + Ep d.
-  const std::int64_t global_micro = s.routing_step * s.micro_batches * ranks +
-                                    static_cast<std::int64_t>(micro) * ranks + expert_rank +
-                                    Ep * data_index;
+  const int Ep = s.layout.expert, ranks = Ep * s.layout.data;
+  // The trainer's numbering: the rank's index in its non-expert data group is e + Ep d.
   const std::int64_t first_token =
-      global_micro * s.micro_batch * static_cast<std::int64_t>(s.model.seq_len);
+      train::first_sample(s.routing_step, s.micro_batches, ranks, micro,
+                          expert_rank + Ep * data_index, s.micro_batch) *
+      s.model.seq_len;
   return cached_group_load(s, layer, first_token);
 }
 
@@ -192,38 +187,17 @@ model::ExchangePlan largest_exchange(const StepShape& s) {
   return exchange_of(s, step_load(s).largest_capacity());
 }
 
-ParameterParts block_parameters(const model::ModelConfig& m, const Layout& layout,
-                                bool split_experts, int layer) {
-  const std::uint64_t h = m.hidden, f = m.ffn(), T = layout.tensor, E = m.gate.experts;
-  const std::uint64_t El = E / layout.expert, fl = split_experts ? f / T : f;
-  ParameterParts block;
-  block.dense += 4 * h;                      // two LayerNorms
-  block.dense += h * 3 * h / T + 3 * h / T;  // qkv (column-parallel)
-  block.dense += h / T * h + h;              // proj (row-parallel) and its bias
-  if (m.is_moe(layer)) {
-    block.dense += h * E;  // gate (replicated)
-    block.expert += El * (h * fl + fl + fl * h + h);
-  } else {
-    block.dense += h * (f / T) + f / T + (f / T) * h + h;  // fc1, fc2 and biases
-  }
-  return block;
+model::GptParamSpecs param_specs(const model::ModelConfig& m, const Layout& layout,
+                                 bool split_experts) {
+  return model::gpt_param_specs(m, {layout.tensor, 0, layout.expert, 0, split_experts});
 }
 
 ParameterParts parameter_parts(const model::ModelConfig& m, const Layout& layout,
                                bool split_experts) {
-  const std::uint64_t h = m.hidden, V = m.vocab;
-  // The token embedding: whole, or the tied table's rows of this tensor rank (padding included).
-  const std::uint64_t table = static_cast<std::uint64_t>(m.vocab_rows(layout.tensor)) * h;
-  ParameterParts parts;
-  parts.dense = table + static_cast<std::uint64_t>(m.seq_len) * h;  // the embeddings
-  for (int l = 0; l < m.layers; ++l) {
-    const ParameterParts block = block_parameters(m, layout, split_experts, l);
-    parts.dense += block.dense;
-    parts.expert += block.expert;
-  }
-  parts.dense += 2 * h + (m.tie_embeddings ? 0 : h * V);  // final LayerNorm, LM head (untied)
-  return {padded(parts.dense, static_cast<std::uint64_t>(layout.expert) * layout.data),
-          padded(parts.expert, static_cast<std::uint64_t>(layout.data))};
+  const model::GptParamSpecs specs = param_specs(m, layout, split_experts);
+  const auto [dense, expert] = specs.elements({0, static_cast<int>(specs.specs.size())});
+  return {padded(dense, static_cast<std::uint64_t>(layout.expert) * layout.data),
+          padded(expert, static_cast<std::uint64_t>(layout.data))};
 }
 
 std::vector<PlannedCollective> step_collectives(const StepShape& s) {
@@ -238,7 +212,7 @@ std::vector<PlannedCollective> step_collectives(const StepShape& s) {
   const bool recompute_all_to_all = checkpoint && !p.cac;
   const bool recompute_reductions = checkpoint && !p.cac_all_reduce;
   std::vector<PlannedCollective> plan;
-  Planner r(plan, s.element_bytes);
+  Planner r(plan, s.element_bytes());
   const auto tensor = GroupKind::tensor, expert = GroupKind::expert;
   const model::ExchangePlan formula = exchange_of(s);
   // Dropless under a forced workload: each micro-batch's exchange at its group's capacity.

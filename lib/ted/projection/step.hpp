@@ -9,8 +9,8 @@
 // capacity slot computed. Under a forced workload (routing/workload.hpp) it reads the assignment
 // the runs make (step_load): the loaded expert group's capacity (dropless: its largest load) and
 // the rows its straggler's experts compute. One gating group per micro-batch (the trainer's
-// rule), and fp32 elements unless element_bytes says otherwise (mixed precision: gradients fp32,
-// or 16-bit with 16-bit gradients, training.grad_dtype = the storage type).
+// rule), and fp32 elements unless dtype says otherwise (mixed precision: gradients fp32, or
+// 16-bit with 16-bit gradients, training.grad_dtype = the storage type).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,7 @@
 #include "ted/grid/process_grid.hpp"
 #include "ted/model/config.hpp"
 #include "ted/model/exchange_plan.hpp"
+#include "ted/model/gpt_params.hpp"
 #include "ted/train/train_config.hpp"
 
 namespace ted::projection {
@@ -31,14 +32,16 @@ struct StepShape {
   int micro_batches = 1;  // per data-parallel rank per step
   Layout layout;
   train::ParallelConfig parallel;
-  // Activations and the weight copies the kernels read: 4 (fp32) or 2 (bf16, fp16: mixed
+  // Activations and the weight copies the kernels read (run.dtype): fp32, or bf16, fp16 (mixed
   // precision, whose master weights and Adam state stay fp32).
-  std::size_t element_bytes = 4;
-  std::size_t master_bytes() const { return element_bytes < 4 ? 4 : element_bytes; }
+  DataType dtype = DataType::f32;
+  std::size_t element_bytes() const { return dtype_size(dtype); }
+  std::size_t master_bytes() const { return element_bytes() < 4 ? 4 : element_bytes(); }
   // Parameter gradients: the master type, or the storage type when the model keeps 16-bit
-  // gradients (reduced in 16-bit).
-  bool storage_gradients() const { return model.storage_gradients() && element_bytes < 4; }
-  std::size_t grad_bytes() const { return storage_gradients() ? element_bytes : master_bytes(); }
+  // gradients (reduced in 16-bit), as model::gradient_type decides.
+  DataType gradient_type() const { return model::gradient_type(dtype, model.grad_dtype); }
+  bool storage_gradients() const { return gradient_type() == dtype && element_bytes() < 4; }
+  std::size_t grad_bytes() const { return dtype_size(gradient_type()); }
   // Under a forced routing workload: the optimizer step whose assignment the plan counts, and
   // whether the backend leaves the empty capacity slots out of the experts' GEMMs (the CPU
   // backend, through Routing::kept) or computes every slot (the CUDA backend, DeepSpeed-MoE).
@@ -46,8 +49,6 @@ struct StepShape {
   bool skip_empty_slots = false;
 };
 
-// The element width of a run's dtype (fp32 4, fp16/bf16 2).
-std::size_t element_bytes(const std::string& dtype);
 // The shape the models read, from a training config under `layout`.
 StepShape shape_of(const train::TrainConfig& train, const Layout& layout);
 
@@ -92,6 +93,10 @@ std::vector<int> group_load(const StepShape& shape, int layer, int data_index, i
 // The exchange at the step's largest capacity: what the buffers hold (memory.hpp).
 model::ExchangePlan largest_exchange(const StepShape& shape);
 
+// The model's parameter specs on one rank of `layout` (model/gpt_params.hpp: the list the model
+// allocates), as tensor rank 0 and expert rank 0 hold them: every rank's shards are the same size.
+model::GptParamSpecs param_specs(const model::ModelConfig& model, const Layout& layout,
+                                 bool split_experts);
 // Elements of the flat parameter buffers on one rank: the dense part and the expert part, each
 // padded to a multiple of its data group (as ParamSet lays them out).
 struct ParameterParts {
@@ -100,10 +105,6 @@ struct ParameterParts {
 };
 ParameterParts parameter_parts(const model::ModelConfig& model, const Layout& layout,
                                bool split_experts);
-// The elements of one block's tensors on one rank (unpadded): what a 16-bit gradient run stages
-// in fp32 during that block's backward.
-ParameterParts block_parameters(const model::ModelConfig& model, const Layout& layout,
-                                bool split_experts, int layer);
 
 // `calls` collectives of one kind in one group, each with these bytes per rank (the ledger's
 // convention, ledger.hpp). A group of one rank still counts its calls, as the ledger does.

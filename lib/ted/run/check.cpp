@@ -17,7 +17,7 @@ CheckedFit check_fit(const train::RunConfig& run, int ranks, std::uint64_t need)
     checked.against = "cluster " + cluster.name + " (" +
                       format_bytes(static_cast<std::size_t>(cluster.memory_bytes)) + " per " +
                       cluster.device + ")";
-  } else if (run.backend == "cpu") {  // every rank on this host
+  } else if (run.backend == DeviceKind::cpu) {  // every rank on this host
     const std::uint64_t available = host_available_bytes();
     const std::uint64_t total = need * static_cast<std::uint64_t>(ranks);
     checked.fit.fits = total <= available;
@@ -33,14 +33,14 @@ CheckedFit check_fit(const train::RunConfig& run, int ranks, std::uint64_t need)
   return checked;
 }
 
-std::string check_needs(const std::string& backend, const std::string& comm, int ranks,
-                        const std::string& where) {
+std::string check_needs(DeviceKind backend, CommBackend comm, int ranks, const std::string& where) {
   try {
-    require_built(parse_device_kind(backend), parse_comm_backend(comm));
+    require_built(backend, comm);
   } catch (const ConfigError& e) {
     throw ConfigError(where + ": " + e.what());
   }
-  return "needs: backend=" + backend + " comm=" + comm + " ranks=" + std::to_string(ranks) + "\n";
+  return "needs: backend=" + std::string(to_string(backend)) +
+         " comm=" + std::string(to_string(comm)) + " ranks=" + std::to_string(ranks) + "\n";
 }
 
 int report_check(const std::string& program, const std::string& where, const train::RunConfig& run,

@@ -26,8 +26,7 @@ CheckedFit check_fit(const train::RunConfig& run, int ranks, std::uint64_t need)
 //   needs: backend=<cpu|cuda> comm=<mpi|nccl> ranks=<N>
 // after checking that this build has that backend and communicator (registry.hpp
 // require_built: the build, not this machine's GPUs; the ConfigError starts with `where`).
-std::string check_needs(const std::string& backend, const std::string& comm, int ranks,
-                        const std::string& where);
+std::string check_needs(DeviceKind backend, CommBackend comm, int ranks, const std::string& where);
 
 // --check of one training run: ConfigError "<where>: does not fit: ..." when it does not fit
 // or the build lacks its backend; else prints "<program>: check passed: ..." and the needs line

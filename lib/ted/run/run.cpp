@@ -37,8 +37,8 @@ TrackingDevice& RunWiring::tracked() {
 
 namespace {
 RunSpec for_config(const train::TrainConfig& config, RunSpec spec) {
-  spec.device = parse_device_kind(config.run.backend);
-  spec.comm = parse_comm_backend(config.run.comm);
+  spec.device = config.run.backend;
+  spec.comm = config.run.comm;
   return spec;
 }
 }  // namespace

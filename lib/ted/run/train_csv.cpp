@@ -1,6 +1,7 @@
 #include "ted/run/train_csv.hpp"
 
 #include "ted/core/git_revision.hpp"
+#include "ted/kernels/cpu/blas.hpp"
 
 namespace ted {
 
@@ -34,8 +35,8 @@ CsvColumns<TrainStepRow> make_columns() {
         [](R s) { return static_cast<long long>(s.config.parallel.reduce_scatter); });
   c.add("zero1", [](R s) { return static_cast<long long>(s.config.parallel.zero1); });
   c.add("tile_elems", [](R s) { return static_cast<long long>(s.config.parallel.tile_elems); });
-  c.add("backend", [](R s) { return s.config.run.backend; });
-  c.add("dtype", [](R s) { return s.config.run.dtype; });
+  c.add("backend", [](R s) { return CsvField(std::string(to_string(s.config.run.backend))); });
+  c.add("dtype", [](R s) { return CsvField(std::string(precision_name(s.config.run.dtype))); });
   c.add("grad_dtype",
         [](R s) { return CsvField(std::string(precision_name(s.config.model.grad_dtype))); });
   c.add("comm", [](R s) { return s.run.world().name(); });
@@ -58,6 +59,9 @@ CsvColumns<TrainStepRow> make_columns() {
   c.add("git_revision", [](R) { return std::string(git_revision()); });
   c.add("command", [](R s) { return s.command; });
   c.add("attention", [](R s) { return s.run.trainer().attention(); });
+  // The host's BLAS and the kernels it ran (kernels/cpu/blas_library.hpp).
+  c.add("blas", [](R) { return kernels::cpu::blas_name(); });
+  c.add("blas_kernel", [](R) { return kernels::cpu::blas_kernel(); });
   return c;
 }
 

@@ -17,6 +17,20 @@
 
 namespace ted::train {
 
+// The global index of the first sequence of micro-batch `micro` (of `micro_batches` per step) of
+// data-parallel rank `data_rank` (of `data_ranks`: the Ep x D ranks of a non-expert data group,
+// each feeding its own) in optimizer step `step`: global micro-batch g = micro x data_ranks +
+// data_rank, whose sequence s is global sample (step x micro_batches x data_ranks + g) x
+// micro_batch + s. The trainer feeds these samples and the projection counts their tokens'
+// routing, so a single process with micro_batches x data_ranks micro-batches sees the data of
+// the whole layout.
+inline std::int64_t first_sample(std::int64_t step, int micro_batches, int data_ranks, int micro,
+                                 int data_rank, int micro_batch) {
+  const std::int64_t ranks = data_ranks;
+  return (step * micro_batches * ranks + static_cast<std::int64_t>(micro) * ranks + data_rank) *
+         micro_batch;
+}
+
 class TokenSource {
  public:
   virtual ~TokenSource() = default;
@@ -31,7 +45,6 @@ class SyntheticSource final : public TokenSource {
   void sample(std::int64_t index, int seq_len, std::int32_t* tokens,
               std::int32_t* targets) const override;
   std::string describe() const override;
-  int successor(int token) const { return successor_[token]; }
 
  private:
   int vocab_;

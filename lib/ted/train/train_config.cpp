@@ -20,7 +20,9 @@ ConfigSchema TrainConfig::schema() {
   s.add("model.experts", &m.gate.experts);
   s.add("model.expert_interval", &m.expert_interval);
   s.add("model.checkpoint", &m.checkpoint);
-  s.add("model.attention", &m.attention);
+  s.add_enum("model.attention", &m.attention,
+             std::vector<std::string>(std::begin(model::kAttentionNames),
+                                      std::end(model::kAttentionNames)));
   s.add("model.tie_embeddings", &m.tie_embeddings);
   s.add("model.dropout", &m.dropout);
   s.add("model.init_std", &m.init_std);
@@ -69,9 +71,11 @@ ConfigSchema TrainConfig::schema() {
   s.add("parallel.tile_elems", &parallel.tile_elems);
   s.add("parallel.split_experts", &parallel.split_experts);
   s.add("parallel.overlap", &parallel.overlap);
-  s.add("run.backend", &run.backend);
-  s.add("run.dtype", &run.dtype);
-  s.add("run.comm", &run.comm);
+  s.add_enum("run.backend", &run.backend,
+             {std::string(to_string(DeviceKind::cpu)), std::string(to_string(DeviceKind::cuda))});
+  s.add("run.dtype", &run.dtype, {DataType::f32, DataType::bf16, DataType::f16});
+  s.add_enum("run.comm", &run.comm,
+             {std::string(to_string(CommBackend::mpi)), std::string(to_string(CommBackend::nccl))});
   s.add("run.loss_scale", &run.loss_scale);
   s.add("run.loss_scale_window", &run.loss_scale_window);
   s.add_path("run.cluster", &run.cluster);
@@ -107,20 +111,12 @@ void TrainConfig::validate() const {
   at_least(parallel.dp, 0, "parallel.dp (0: the ranks over tp x ep)");
   at_least(parallel.tile_elems, 0, "parallel.tile_elems (0: the whole shard)");
   at_least(parallel.overlap, 1, "parallel.overlap (1: no overlap)");
-  if (run.backend != "cpu" && run.backend != "cuda")
-    throw ConfigError("run.backend must be cpu or cuda, got '" + run.backend + "'");
-  if (run.dtype != "fp32" && run.dtype != "bf16" && run.dtype != "fp16")
-    throw ConfigError("run.dtype must be fp32, bf16 or fp16, got '" + run.dtype + "'");
-  if (run.comm != "mpi" && run.comm != "nccl")
-    throw ConfigError("run.comm must be mpi or nccl, got '" + run.comm + "'");
-  if (run.comm == "nccl" && run.backend != "cuda")
+  if (run.comm == CommBackend::nccl && run.backend != DeviceKind::cuda)
     throw ConfigError("run.comm nccl carries GPU memory: it needs run.backend cuda");
   if (!(run.loss_scale > 0) || !std::isfinite(run.loss_scale))
     throw ConfigError("run.loss_scale must be a positive finite number");
   at_least(run.loss_scale_window, 1, "run.loss_scale_window");
-  if (model.storage_gradients() && precision_name(model.grad_dtype) != run.dtype)
-    throw ConfigError("training.grad_dtype must be fp32 or the storage type run.dtype (" +
-                      run.dtype + "), got '" + std::string(precision_name(model.grad_dtype)) + "'");
+  model::gradient_type(run.dtype, model.grad_dtype);  // ConfigError unless fp32 or run.dtype
   if (!run.cluster.empty()) check_readable_file(run.cluster, "run.cluster");
 }
 

@@ -19,7 +19,9 @@
 
 #include <string>
 
+#include "ted/comm/communicator.hpp"
 #include "ted/core/config_schema.hpp"
+#include "ted/device/device.hpp"
 #include "ted/model/config.hpp"
 #include "ted/model/exchange_plan.hpp"
 #include "ted/train/optimizer.hpp"
@@ -55,15 +57,17 @@ struct ParallelConfig {
   model::ExchangeSwitches exchange() const { return {dtd, reduce_scatter, split_experts, overlap}; }
 };
 
-// Where and in what precision a run computes (backend/registry.hpp).
+// Where and in what precision a run computes (backend/registry.hpp), parsed once, when the
+// YAML and the overrides are read (TrainConfig::schema).
 struct RunConfig {
-  std::string backend = "cpu";   // cpu | cuda
-  std::string dtype = "fp32";    // fp32 | bf16 | fp16: activations and weight copies (mixed
-                                 // precision keeps fp32 masters, gradients and Adam state)
-  std::string comm = "mpi";      // mpi (host memory, or GPU memory staged through it) | nccl
-  double loss_scale = 65536.0;   // fp16: the initial dynamic loss scale
-  int loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
-  std::string cluster;           // a cluster file (experiments/clusters/): --check's memory fit
+  DeviceKind backend = DeviceKind::cpu;  // cpu | cuda
+  DataType dtype = DataType::f32;        // fp32 | bf16 | fp16: activations and weight copies (mixed
+                                         // precision keeps fp32 masters and Adam state)
+  CommBackend comm = CommBackend::mpi;   // mpi (host memory, or GPU memory staged through it) |
+                                         // nccl
+  double loss_scale = 65536.0;           // fp16: the initial dynamic loss scale
+  int loss_scale_window = 1000;          // fp16: clean steps before the scale doubles
+  std::string cluster;  // a cluster file (experiments/clusters/): --check's memory fit
 };
 
 struct TrainConfig {

@@ -94,8 +94,7 @@ class TypedCore final : public Trainer::Core {
     model_.params().zero_grads();
     const int global_micro = Mb * dp_size_;
     for (int m = 0; m < Mb; ++m) {
-      const std::int64_t g = static_cast<std::int64_t>(m) * dp_size_ + dp_rank_;
-      std::int64_t first = (static_cast<std::int64_t>(step) * global_micro + g) * B;
+      const std::int64_t first = first_sample(step, Mb, dp_size_, m, dp_rank_, B);
       for (int s = 0; s < B; ++s)
         source->sample(first + s, S, tokens_.data() + static_cast<std::size_t>(s) * S,
                        targets_.data() + static_cast<std::size_t>(s) * S);
@@ -183,10 +182,14 @@ const TrainConfig& validated(const TrainConfig& config) {
 
 std::unique_ptr<Trainer::Core> make_core(const TrainConfig& config, Device& device,
                                          TedGroups* groups) {
-  const std::string& dtype = validated(config).run.dtype;
-  if (dtype == "bf16") return std::make_unique<TypedCore<BFloat16>>(config, device, groups);
-  if (dtype == "fp16") return std::make_unique<TypedCore<Half>>(config, device, groups);
-  return std::make_unique<TypedCore<float>>(config, device, groups);
+  switch (validated(config).run.dtype) {
+    case DataType::bf16:
+      return std::make_unique<TypedCore<BFloat16>>(config, device, groups);
+    case DataType::f16:
+      return std::make_unique<TypedCore<Half>>(config, device, groups);
+    default:
+      return std::make_unique<TypedCore<float>>(config, device, groups);
+  }
 }
 
 }  // namespace

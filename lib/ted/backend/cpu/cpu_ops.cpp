@@ -302,28 +302,18 @@ class CpuOps final : public Ops<T> {
     if (n > 0) kc::gemm_here(false, false, n, out, in, C(1), xc, in, wc, out, C(0), logits, out);
   }
 
-  void gelu_forward(const T* x, T* y, std::size_t count) override {
-    TED_OP_TIMER(__func__);
-    In<T> xc(x, count);
-    Out<T> yc(y, count, false);
-    kc::gelu_forward<C>(xc, yc, static_cast<std::int64_t>(count));
-  }
-
-  void gelu_backward(const T* x, const T* dy, T* dx, std::size_t count) override {
-    TED_OP_TIMER(__func__);
-    In<T> xc(x, count), dyc(dy, count);
-    Out<T> dxc(dx, count, false);
-    kc::gelu_backward<C>(xc, dyc, dxc, static_cast<std::int64_t>(count));
-  }
-
-  void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) override {
+  // The FFN's first layer after its GEMM (linear_gelu_forward), one pass: hidden [rows, width]
+  // += bias, then act = gelu(hidden), computed in M (act from the unrounded sum).
+  void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) {
     TED_OP_TIMER(__func__);
     In<T> b(bias, width);
     Out<T> hid(hidden, count_of<T>(rows, width), true), a(act, count_of<T>(rows, width), false);
     kc::bias_gelu_forward<C>(hid, b, a, rows, width);
   }
 
-  void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) override {
+  // d = d * gelu'(hidden) in place, and db += d's column sums (db may be null): the rest of
+  // linear_dgelu_backward.
+  void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) {
     TED_OP_TIMER(__func__);
     In<T> hid(hidden, count_of<T>(rows, width));
     if constexpr (std::is_same_v<T, C>) {

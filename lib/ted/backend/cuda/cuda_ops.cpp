@@ -117,18 +117,6 @@ class CudaOps final : public Ops<T> {
   void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) override {
     kc::gate_logits<T>(ctx_, x, w, logits, n, in, out);
   }
-  void gelu_forward(const T* x, T* y, std::size_t count) override {
-    kc::gelu_forward<T>(ctx_, x, y, count);
-  }
-  void gelu_backward(const T* x, const T* dy, T* dx, std::size_t count) override {
-    kc::gelu_backward<T>(ctx_, x, dy, dx, count);
-  }
-  void bias_gelu_forward(T* hidden, const T* bias, T* act, int rows, int width) override {
-    kc::bias_gelu_forward<T>(ctx_, hidden, bias, act, rows, width);
-  }
-  void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) override {
-    kc::gelu_bias_backward<T>(ctx_, hidden, d, db, rows, width);
-  }
   void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads, int h,
                          const kernels::DropoutKey& dropout) override {
     kc::attention_forward<T>(ctx_, qkv, out, probs, batch, seq, heads, h, dropout);

@@ -3,31 +3,48 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ted/core/error.hpp"
 #include "ted/core/parallel.hpp"
 
 namespace ted::kernels::cpu {
 
 bool pool_threads_blas() {
-#if defined(TED_HAVE_OPENBLAS_THREADS)
   // One set of threads: OpenBLAS stays on the calling thread whatever OPENBLAS_NUM_THREADS says
   // (its workers spin after each call and would take the cores the pool, or the other ranks of
   // this machine, need next); the pool cuts the large GEMMs when it has more than one thread.
   static const bool settled = [] {
-    openblas_set_num_threads(1);
+    const auto set_num_threads = blas_library().set_num_threads;
+    if (!set_num_threads) return false;
+    set_num_threads(1);
     return parallel_threads() > 1;
   }();
   return settled;
-#else
-  return false;
-#endif
 }
 
 std::string blas_description() {
-#if defined(TED_HAVE_OPENBLAS_THREADS)
-  return std::string(openblas_get_config()) + " / " + openblas_get_corename() + " kernels";
-#else
-  return "CBLAS";
-#endif
+  try {
+    const BlasLibrary& blas = blas_library();
+    if (blas.kernel.empty()) return blas.name + " (" + blas.path + ")";
+    return blas.config + " / " + blas.kernel + " kernels, chosen by " + blas.chosen_by;
+  } catch (const Error& e) {
+    return std::string("no BLAS: ") + e.what();
+  }
+}
+
+std::string blas_name() {
+  try {
+    return blas_library().name;
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+std::string blas_kernel() {
+  try {
+    return blas_library().kernel;
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 namespace blas_detail {

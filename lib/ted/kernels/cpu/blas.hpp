@@ -13,11 +13,16 @@
 // are the same; OpenBLAS's kernels for the blocks' edges may add them in another order, so
 // results follow TED_NUM_THREADS by rounding. With another CBLAS the BLAS threads its GEMMs as
 // it is told (its own environment variables).
+//
+// The BLAS is loaded by the program at start-up, its kernels chosen from the CPU's features
+// (blas_library.hpp): these call it through the pointers that loading found.
 #pragma once
 
 #include <cblas.h>
 
 #include <string>
+
+#include "ted/kernels/cpu/blas_library.hpp"
 
 namespace ted::kernels::cpu {
 
@@ -25,9 +30,15 @@ namespace ted::kernels::cpu {
 // with OpenBLAS keeps OpenBLAS on one thread).
 bool pool_threads_blas();
 
-// The BLAS the kernels call, for the benchmarks' headers: with OpenBLAS its build and the
-// kernels it picked for this CPU ("OpenBLAS 0.3.21 ... / Cooperlake kernels"), else "CBLAS".
+// The BLAS the kernels call, for the programs' headers and the benchmarks' context: with OpenBLAS
+// its build, the kernels in use and how they were chosen ("OpenBLAS 0.3.21 ... / Cooperlake
+// kernels, chosen by cpuid (avx512)"), else the library's file name.
 std::string blas_description();
+
+// For the CSV rows: the BLAS and its version ("OpenBLAS 0.3.21"), and its kernels ("Cooperlake";
+// "" where the library does not say). "" and "" when the BLAS could not be loaded.
+std::string blas_name();
+std::string blas_kernel();
 
 namespace blas_detail {
 void split_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
@@ -41,16 +52,18 @@ void split_gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, c
 inline void gemm_here(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                       int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   pool_threads_blas();  // OpenBLAS on this thread only
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  blas_library().sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                       trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                       ldc);
 }
 
 inline void gemm_here(bool trans_a, bool trans_b, int m, int n, int k, double alpha,
                       const double* a, int lda, const double* b, int ldb, double beta, double* c,
                       int ldc) {
   pool_threads_blas();
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  blas_library().dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                       trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                       ldc);
 }
 
 inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,

@@ -149,15 +149,6 @@ template <typename T>
 void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* mean,
                         const float* rstd, const T* dy, T* dx, float* dgamma, float* dbeta, int n,
                         int h);
-template <typename T>
-void gelu_forward(Context& ctx, const T* x, T* y, std::size_t count);
-template <typename T>  // dx = dy * gelu'(x); may alias dy
-void gelu_backward(Context& ctx, const T* x, const T* dy, T* dx, std::size_t count);
-// hidden += bias, act = gelu(hidden) in one pass; d = d * gelu'(hidden), db += its column sums.
-template <typename T>
-void bias_gelu_forward(Context& ctx, T* hidden, const T* bias, T* act, int rows, int width);
-template <typename T>
-void gelu_bias_backward(Context& ctx, const T* hidden, T* d, float* db, int rows, int width);
 // y = (y + bias) + residual.
 template <typename T>
 void add_bias_residual(Context& ctx, T* y, const T* bias, const T* residual, int rows, int width);

@@ -260,25 +260,6 @@ __global__ void layernorm_backward_params_kernel(const T* x, const float* mean, 
 }
 
 template <typename T>
-__global__ void gelu_forward_kernel(const T* x, T* y, std::size_t count) {
-  TED_GRID_STRIDE(i, count) y[i] = store<T>(gelu(load(x[i])));
-}
-
-template <typename T>
-__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, std::size_t count) {
-  TED_GRID_STRIDE(i, count) dx[i] = store<T>(load(dy[i]) * gelu_grad(load(x[i])));
-}
-
-template <typename T>
-__global__ void bias_gelu_kernel(T* hidden, const T* bias, T* act, std::size_t count, int width) {
-  TED_GRID_STRIDE(i, count) {
-    const float v = load(hidden[i]) + load(bias[i % width]);
-    hidden[i] = store<T>(v);
-    act[i] = store<T>(gelu(v));
-  }
-}
-
-template <typename T>
 __global__ void add_bias_residual_kernel(T* y, const T* bias, const T* residual, std::size_t count,
                                          int width) {
   TED_GRID_STRIDE(i, count)
@@ -712,32 +693,6 @@ void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* m
 }
 
 template <typename T>
-void gelu_forward(Context& ctx, const T* x, T* y, std::size_t count) {
-  if (!count) return;
-  launch<gelu_forward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), x, y, count);
-}
-
-template <typename T>
-void gelu_backward(Context& ctx, const T* x, const T* dy, T* dx, std::size_t count) {
-  if (!count) return;
-  launch<gelu_backward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), x, dy, dx, count);
-}
-
-template <typename T>
-void bias_gelu_forward(Context& ctx, T* hidden, const T* bias, T* act, int rows, int width) {
-  const std::size_t count = static_cast<std::size_t>(rows) * width;
-  if (!count) return;
-  launch<bias_gelu_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), hidden, bias, act, count,
-                              width);
-}
-
-template <typename T>
-void gelu_bias_backward(Context& ctx, const T* hidden, T* d, float* db, int rows, int width) {
-  gelu_backward<T>(ctx, hidden, d, d, static_cast<std::size_t>(rows) * width);
-  if (db) bias_grad<T>(ctx, d, db, rows, width, rows, 1);
-}
-
-template <typename T>
 void add_bias_residual(Context& ctx, T* y, const T* bias, const T* residual, int rows, int width) {
   const std::size_t count = static_cast<std::size_t>(rows) * width;
   if (!count) return;
@@ -973,10 +928,6 @@ TED_INSTANTIATE_CONVERT_FROM(BFloat16)
                                      int, int);                                                   \
   template void layernorm_backward<T>(Context&, const T*, const T*, const float*, const float*,   \
                                       const T*, T*, float*, float*, int, int);                    \
-  template void gelu_forward<T>(Context&, const T*, T*, std::size_t);                             \
-  template void gelu_backward<T>(Context&, const T*, const T*, T*, std::size_t);                  \
-  template void bias_gelu_forward<T>(Context&, T*, const T*, T*, int, int);                       \
-  template void gelu_bias_backward<T>(Context&, const T*, T*, float*, int, int);                  \
   template void add_bias_residual<T>(Context&, T*, const T*, const T*, int, int);                 \
   template void dropout<T>(Context&, const T*, T*, int, int, const DropoutKey&);                  \
   template void bias_dropout_residual<T>(Context&, T*, const T*, const T*, int, int,              \

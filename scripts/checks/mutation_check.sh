@@ -5,9 +5,9 @@
 # missed. The bugs include the defects issue 23 fixed, each put back, so each fix is shown to be
 # what its test needs. Takes about 30 minutes on 2 cores (one build, then a rebuild and a test
 # per bug).
-#   ./scripts/mutation_check.sh [scratch folder]     # default /tmp/ted-mutations
+#   ./scripts/checks/mutation_check.sh [scratch folder]     # default /tmp/ted-mutations
 set -uo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 scratch=${1:-/tmp/ted-mutations}
 source "$root/scripts/common.sh"
 ted_install_missing || exit 2

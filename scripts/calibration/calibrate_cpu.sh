@@ -6,9 +6,9 @@
 # projection counts (bench_machine);
 # and the collectives' latency and bandwidth between 4 ranks (ted_collbench all-reduce and
 # all-to-all, fitted as time = latency + bus bytes / bandwidth). 4 ranks share the cores.
-#   ./scripts/calibrate_cpu.sh
+#   ./scripts/calibration/calibrate_cpu.sh
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 ted_prepare
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -29,9 +29,9 @@ flops=$(rate cpu_ffn GFLOP/s 1e9)
 # The peak is the best rate seen: on a noisy machine the smaller shape can measure faster.
 peak=$(/usr/bin/python3 -c "import sys; print('%.4g' % max(float(sys.argv[1]), float(sys.argv[2])))" "$peak" "$flops")
 bytes=$(rate cpu_block GB/s 1e9)
-read -r bandwidth latency < <(/usr/bin/python3 scripts/fit_links.py "$work"/all_reduce.csv "$work"/all_to_all.csv)
+read -r bandwidth latency < <(/usr/bin/python3 scripts/calibration/fit_links.py "$work"/all_reduce.csv "$work"/all_to_all.csv)
 cat >experiments/clusters/cpu.yaml <<YAML
-# This machine, measured by scripts/calibrate_cpu.sh: 4 MPI ranks on $(nproc) cores (one node).
+# This machine, measured by scripts/calibration/calibrate_cpu.sh: 4 MPI ranks on $(nproc) cores (one node).
 name: cpu
 device: cpu-core
 devices_per_node: 4
@@ -53,7 +53,7 @@ inter:
   bandwidth: $bandwidth   # one node: never used
   latency: $latency
   peer_latency: 0
-source: measured here by scripts/calibrate_cpu.sh
+source: measured here by scripts/calibration/calibrate_cpu.sh
 YAML
 echo "== wrote experiments/clusters/cpu.yaml"
 cat experiments/clusters/cpu.yaml

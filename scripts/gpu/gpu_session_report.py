@@ -1,4 +1,4 @@
-"""The report of scripts/gpu_session.sh (called through scripts/gpu_report.py --session): reads
+"""The report of scripts/gpu/gpu_session.sh (called through scripts/gpu/gpu_report.py --session): reads
 its raw folder and writes <device>-<revision>-session.md and .csv into the report folder: the
 steps and what the budget left out; the owed checks (gpu_check.sh's verdict, the once-failed
 ted_cuda_staged_np4_bf16 with its output when it failed); the paper's block, ours against every
@@ -214,18 +214,18 @@ def main(raw, out, dry):
     ]
     lines = [f"# One GPU session, ours against the peers: {device}", ""]
     if dry:
-        lines += ["**DRY RUN on the CPU, tiny sizes: the control flow of scripts/gpu_session.sh; "
+        lines += ["**DRY RUN on the CPU, tiny sizes: the control flow of scripts/gpu/gpu_session.sh; "
                   "no number here is a GPU's.**", ""]
     lines += [f"- device: {device_line}", f"- revision {revision}; budget {env.get('budget', '?')} s",
               "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
-              "- made by `scripts/gpu_session.sh`; times are medians over the timed iterations of "
+              "- made by `scripts/gpu/gpu_session.sh`; times are medians over the timed iterations of "
               "every round, ours and the peers alternating", "", "## Bars", ""]
     lines += [f"- {'**met**' if ok else '**not met**'}: {name}: {text}" for name, ok, text in bars]
     lines += ["", "## Steps (the time budget)", "", "| step | planned s | took s | exit | status |",
               "|---|---|---|---|---|"]
     lines += [f"| {r['step']} | {r['planned_s']} | {r['seconds']} | {r['exit']} | {r['status']} |"
               for r in steps]
-    lines += ["", "## The owed checks", "", f"- scripts/gpu_check.sh: {verdict or 'not run'}",
+    lines += ["", "## The owed checks", "", f"- scripts/gpu/gpu_check.sh: {verdict or 'not run'}",
               f"- ted_cuda_staged_np4_bf16: {owed.group(0).strip() if owed else 'not run'}"]
     if owed and "Passed" not in owed.group(0):
         start = ctest.find("ted_cuda_staged_np4_bf16")

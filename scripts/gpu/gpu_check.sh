@@ -6,7 +6,7 @@
 # PyTorch with CUDA is installed, PyTorch eager on the same block, and a short ted_train in bf16
 # against the CPU's fp32 run. Writes one summary and the CSVs, the device's name in every row,
 # into one folder (ignored by git). Meant to finish within 10 minutes on a 16-core H100 machine.
-#   ./scripts/gpu_check.sh [output folder]     # default results/gpu_check/<gpu>-<date>
+#   ./scripts/gpu/gpu_check.sh [output folder]     # default results/gpu_check/<gpu>-<date>
 # Exit codes: 0 every check passed; 1 a check failed (a `cuda` test failed or was skipped, the
 # block's self-check failed, the loss ratio is out of bounds, a program failed); 2 nothing could
 # be checked (no GPU, missing dependencies, the configure did not find CUDA, NCCL or cuDNN).
@@ -22,15 +22,15 @@
 #   TED_DEPS_PREFIX=<dir>    a machine without a package registry: the dependencies as Debian
 #                            packages unpacked into <dir> (its usr/ is searched); nothing installed
 #   TED_GPU_CHECK_PREBUILT=1 a GPU machine with no compiler toolchain for the suite (the packed
-#                            tree of a build made elsewhere, scripts/gpu_session.sh): nothing is
+#                            tree of a build made elsewhere, scripts/gpu/gpu_session.sh): nothing is
 #                            installed, configured or built; the build's executables are checked
 #   TED_GPU_CHECK_JOBS       ctest's parallel jobs (4); the tests sharing one GPU fit 16 CPU cores
 #   TED_GPU_CHECK_EXCLUDE    a ctest -E pattern: tests left out (named in the summary), e.g. one
 #                            the caller ran first on its own
 #   TED_GPU_CHECK_BENCH=0    leave out the block benchmark and PyTorch's block (a caller that
-#                            times them itself, alternated, e.g. scripts/gpu_session.sh)
+#                            times them itself, alternated, e.g. scripts/gpu/gpu_session.sh)
 set -uo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [ $# -gt 0 ] && out=$(realpath -m "$1")  # a relative folder is the caller's, not the tree's
 cd "$root"
 emulated=${TED_GPU_CHECK_EMULATED:-0}

@@ -4,7 +4,7 @@
 # a time budget, everything written under $OUT and one report under results/gpu/.
 #   1. env        the device, the revision, every system's version; the carried peers' wheels
 #                 (.whl/, peers/fetch_wheels.sh) installed into a folder on PYTHONPATH
-#   2. checks     scripts/gpu_check.sh on the packed build (TED_GPU_CHECK_PREBUILT): every `cuda`
+#   2. checks     scripts/gpu/gpu_check.sh on the packed build (TED_GPU_CHECK_PREBUILT): every `cuda`
 #                 CTest at 16 jobs with --output-on-failure, ted_cuda_staged_np4_bf16 (the one
 #                 that failed once) scheduled first, ending in its verdict; bounded so that the
 #                 measurements after it keep their time
@@ -24,14 +24,14 @@
 #                 and with the measured copy
 #   8. extra      second rounds of the block and of our step, then Nsight Compute's per-kernel
 #                 table of our block, only while the budget lasts
-#   9. report     scripts/gpu_report.py: results/gpu/<device>-<revision>.md and .csv
+#   9. report     scripts/gpu/gpu_report.py: results/gpu/<device>-<revision>.md and .csv
 # A step runs only when the budget still holds its planned time; one that cannot is recorded as
 # skipped (budget) in steps.csv and in the report, and what ran is kept. Measured timings never
 # overlap: the checks (correctness only) run before any of them.
 #
-#   bash .gpu/run.sh -- scripts/gpu_session.sh --budget 540     # on the GPU machine (the pack
+#   bash .gpu/run.sh -- scripts/gpu/gpu_session.sh --budget 540     # on the GPU machine (the pack
 #                                                                # of shared/gpu; docs/gpu_peers.md)
-#   scripts/gpu_session.sh --dry-run --report-dir /tmp/r        # no GPU: the same control flow
+#   scripts/gpu/gpu_session.sh --dry-run --report-dir /tmp/r        # no GPU: the same control flow
 #                                 # on the CPU at tiny sizes (what CTest gpu_session_dry runs)
 # Options: --budget SECONDS (default 540), --dry-run, --report-dir DIR (default results/gpu; a
 # dry run writes nowhere in the tree unless told), --only STEP,STEP (e.g. checks), --rounds N
@@ -41,7 +41,7 @@
 # Exit: 0 every step that ran passed and the report's bars were met; 1 otherwise (the report
 # says which); 2 bad arguments, or no GPU without --dry-run.
 set -uo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 budget=540 dry=0 report_dir="" only="" rounds=2
 while [ $# -gt 0 ]; do
@@ -190,13 +190,13 @@ checks_step() {
   if [ "$dry" = 1 ]; then  # the emulated GPU: a build without CUDA has nothing to check (exit 2)
     TED_GPU_CHECK_EMULATED=1 TED_GPU_CHECK_BENCH=0 TED_GPU_CHECK_STEPS=3 \
       TED_GPU_CHECK_TESTS=${TED_SESSION_DRY_TESTS:-'^cuda_kernels_emulated$'} \
-      TED_GPU_BUILD_DIR=$build scripts/gpu_check.sh "$raw/checks"
+      TED_GPU_BUILD_DIR=$build scripts/gpu/gpu_check.sh "$raw/checks"
     local rc=$?
     [ "$rc" = 2 ] && echo "dry run: gpu_check.sh had nothing to check here (exit 2: a build without CUDA)" && return 0
     return $rc
   else
     TED_GPU_CHECK_PREBUILT=1 TED_GPU_CHECK_BENCH=0 TED_GPU_CHECK_JOBS=16 \
-      TED_GPU_BUILD_DIR=$build scripts/gpu_check.sh "$raw/checks"
+      TED_GPU_BUILD_DIR=$build scripts/gpu/gpu_check.sh "$raw/checks"
   fi
 }
 if wanted checks; then
@@ -295,7 +295,7 @@ fi
 stamp "report"
 report_args=("$raw" "$report_dir" --session)
 [ "$dry" = 1 ] && report_args+=(--dry-run)
-python3 scripts/gpu_report.py "${report_args[@]}" >"$raw/report.txt" 2>&1 || failed=1
+python3 scripts/gpu/gpu_report.py "${report_args[@]}" >"$raw/report.txt" 2>&1 || failed=1
 tail -3 "$raw/report.txt"
 stamp "done: $(grep -c ',passed$' "$raw/steps.csv") step(s) passed, $(grep -c 'skipped' "$raw/steps.csv") skipped, $(grep -cE ',(failed|timed out)$' "$raw/steps.csv") failed; raw outputs in $raw"
 if [ -n "${OUT:-}" ]; then

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""The report of scripts/gpu_bench.sh: reads its raw outputs and writes, into the report folder,
+"""The report of scripts/gpu/gpu_bench.sh: reads its raw outputs and writes, into the report folder,
 <device>-<revision>.md (the block side by side, the training step, the top 15 kernels, the
 issue's bars) and <device>-<revision>.csv (one row per measurement, each with the revision, the
 device and the attention that ran). Ends with a verdict line; exits 1 when a bar is not met or a
 measurement is missing. Standard library only, so it runs on any GPU machine.
-With --session, the report of scripts/gpu_session.sh instead (gpu_session_report.py): the owed
+With --session, the report of scripts/gpu/gpu_session.sh instead (gpu_session_report.py): the owed
 checks, ours against every peer on the block and the training step, memory three ways, the
 projection against the measurement.
 
 MFU is stated twice, each labelled: over the device's dense bf16 peak (DENSE_PEAK, NVIDIA's
 datasheets) and over the best bf16 GEMM rate measured in the same run.
 
-  python3 scripts/gpu_report.py <raw folder> <report folder> [--session [--dry-run]]
+  python3 scripts/gpu/gpu_report.py <raw folder> <report folder> [--session [--dry-run]]
 """
 import csv
 import io
@@ -228,7 +228,7 @@ def main():
     lines = [f"# One GPU, side by side: {device}", "",
              f"- device: {device_line}", f"- revision {revision}; {cudnn}; PyTorch {torch_version}"
              f" (SDPA backends enabled: {sdpa_backends or '?'})",
-             "- made by `scripts/gpu_bench.sh` (raw outputs beside it on the machine); every time "
+             "- made by `scripts/gpu/gpu_bench.sh` (raw outputs beside it on the machine); every time "
              "is a median over the timed iterations of every round, ours and PyTorch alternating",
              "", "## The bars", ""]
     for name, ok, text in bars:

@@ -144,7 +144,7 @@ Run train(const ted::train::TrainConfig& config, ted::Device& device, ted::TedGr
 // The single-process reference on the CPU in fp32 (or in `dtype` on the test's device).
 Run reference(int world, int top_k, const std::string& dtype = "fp32", bool dropless = false) {
   auto config = tiny(world, top_k, dropless);
-  config.run.dtype = dtype;
+  config.run.dtype = ted::parse_dtype(dtype);
   if (dtype == "fp32") {
     auto cpu = ted::make_cpu_device();
     return train(config, *cpu, nullptr);
@@ -246,7 +246,7 @@ struct Switches {
   bool cac_all_reduce = false;
   // model.attention; the references use the default (fused), so the materialised runs are
   // also held to the fused single process.
-  const char* attention = "fused";
+  ted::model::AttentionKind attention = ted::model::AttentionKind::fused;
 };
 const Switches kSwitches[] = {
     {"baseline", false, false, false, false, true, 0},
@@ -261,9 +261,10 @@ const Switches kSwitches[] = {
     {"experts not split + checkpointing + cac", false, false, true, true, true, 0, false},
     {"checkpointing+cac with all-reduce stash", false, false, true, true, true, 0, true, true},
     {"dtd+rs+checkpointing+cac with all-reduce stash", true, true, true, true, true, 0, true, true},
-    {"materialized attention", false, false, false, false, true, 0, true, false, "materialized"},
+    {"materialized attention", false, false, false, false, true, 0, true, false,
+     ted::model::AttentionKind::materialized},
     {"materialized attention + dtd+rs+checkpointing+cac", true, true, true, true, true, 0, true,
-     false, "materialized"},
+     false, ted::model::AttentionKind::materialized},
 };
 
 // The switch sets that change where gradients live or move (the shard, the all-reduce without
@@ -292,7 +293,7 @@ ted::train::TrainConfig configured(int G, int top_k, const ted::Layout& layout, 
   config.model.checkpoint = sw.checkpoint;
   config.model.attention = sw.attention;
   config.parallel.cac_all_reduce = sw.cac_all_reduce;
-  config.run.dtype = ted::test::dtype();
+  config.run.dtype = ted::parse_dtype(ted::test::dtype());
   return config;
 }
 
@@ -393,7 +394,7 @@ TEST_CASE("the untied model without dropout on every layout equals the single-pr
     Run same_dtype;
     if (sixteen_bit()) {
       auto config = untied(tiny(G, top_k));
-      config.run.dtype = ted::test::dtype();
+      config.run.dtype = ted::parse_dtype(ted::test::dtype());
       same_dtype = train(config, ted::test::device(), nullptr);
     }
     for (const auto& layout : ted::all_layouts(G)) {
@@ -651,9 +652,9 @@ TEST_CASE("training.grad_dtype must be fp32 or the storage type") {
   auto schema = config.schema();
   schema.set("training.grad_dtype=fp16");
   CHECK(config.model.grad_dtype == ted::DataType::f16);
-  config.run.dtype = "fp32";
+  config.run.dtype = ted::DataType::f32;
   CHECK_THROWS_AS(config.validate(), ted::ConfigError);
-  config.run.dtype = "bf16";
+  config.run.dtype = ted::DataType::bf16;
   CHECK_THROWS_AS(config.validate(), ted::ConfigError);
   CHECK_THROWS_AS(schema.set("training.grad_dtype=fp8"), ted::ConfigError);
   schema.set("training.grad_dtype=bf16");
@@ -746,7 +747,7 @@ TEST_CASE("ledger: DTD divides all-to-all bytes by T, CAC saves a third, reduce-
   const int dp = Ep * (G / (T * Ep)), micro = 2;
   config.data.micro_batches = micro;
   config.parallel = {T, Ep, G / (T * Ep), false, false, false, true, 0};
-  config.run.dtype = ted::test::dtype();
+  config.run.dtype = ted::parse_dtype(ted::test::dtype());
   const int moe_layers = 1;  // layers = 2, expert_interval = 2
   INFO("T=" << T << " Ep=" << Ep << " DP=" << dp << ", rank " << world.rank());
 
@@ -816,7 +817,7 @@ TEST_CASE("allocator: tiles bound the optimizer temporaries; the CAC stash equal
   config.model.gate.min_capacity = 0;
   config.data.micro_batches = 2;
   config.parallel = {T, Ep, D, false, false, false, true, 0};
-  config.run.dtype = ted::test::dtype();
+  config.run.dtype = ted::parse_dtype(ted::test::dtype());
   // The optimizer's temporaries are fp32 (the master type); the stash is in the storage type.
   const std::size_t master_bytes = sizeof(float), w = sixteen_bit() ? 2 : 4;
   INFO("T=" << T << " Ep=" << Ep << " D=" << D << ", rank " << world.rank());
@@ -1021,7 +1022,7 @@ TEST_CASE("overlap in 2 and 3 chunks equals the single-process reference") {
     const auto fp32 = train(reference_config, *cpu, nullptr);
     Run same_dtype;
     if (sixteen_bit()) {
-      reference_config.run.dtype = ted::test::dtype();
+      reference_config.run.dtype = ted::parse_dtype(ted::test::dtype());
       same_dtype = train(reference_config, ted::test::device(), nullptr);
     }
     for (const auto& layout : ted::all_layouts(G)) {

@@ -3,7 +3,7 @@
 Prints "bandwidth latency" (bytes/s, s). A negative intercept (noise at small sizes) falls back
 to the smallest message's time as the latency.
 
-    /usr/bin/python3 scripts/fit_links.py a.csv [b.csv ...]
+    /usr/bin/python3 scripts/calibration/fit_links.py a.csv [b.csv ...]
 """
 import csv
 import sys

@@ -5,10 +5,10 @@
 # shared machine falls on all of them. Rows go to results/ablation/overlap_emulated_<topology>.csv
 # (appended); then the projection's prediction for the same points
 # (results/projection/validation_overlap_<topology>.csv) and the figure
-# plots/ablation_overlap_<topology>.png. Needs root (scripts/emulated_cluster.sh).
-#   ./scripts/measure_overlap.sh [experiments/emulated/2x2-slow.yaml]
+# plots/figures/ablation_overlap_<topology>.png. Needs root (scripts/emulated_cluster.sh).
+#   ./scripts/comparisons/measure_overlap.sh [experiments/emulated/2x2-slow.yaml]
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 ted_prepare
 topology=${1:-experiments/emulated/2x2-slow.yaml}
 tag=$(basename "$topology" .yaml)
@@ -28,4 +28,4 @@ out=results/projection/validation_overlap_$tag.csv
 rm -f "$out"
 "$TED_BUILD/apps/ted_project" validate -c "$config" \
   --cluster "experiments/clusters/cpu-emulated_$tag.yaml" --measured "$csv" --csv "$out" | tail -1
-/usr/bin/python3 plots/plot_overlap.py "$csv" "$out" "plots/ablation_overlap_$tag.png"
+/usr/bin/python3 plots/plot_overlap.py "$csv" "$out" "plots/figures/ablation_overlap_$tag.png"

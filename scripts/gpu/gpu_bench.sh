@@ -7,17 +7,17 @@
 # at the experts' shape (cuBLAS, and torch.matmul); a one-GPU ted_train of a 1.3B-parameter MoE
 # GPT (experiments/train/gpu-1b.yaml: tokens/s, and MFU over the dense peak of NVIDIA's datasheet
 # and over that GEMM rate, each labelled); and Nsight Compute's per-kernel times of one of our block's steps. Ours and PyTorch
-# alternate, round by round. scripts/gpu_report.py writes the report: the rows, the top 15
+# alternate, round by round. scripts/gpu/gpu_report.py writes the report: the rows, the top 15
 # kernels, the device, the revision, which attention ran, and the issue's three bars (the block at
 # or under PyTorch's SDPA time, at least 50% of the GEMM rate, the training step at MFU >= 40%).
 #
-#   scripts/gpu_bench.sh [report folder]      # default results/gpu; raw outputs in $OUT or a
+#   scripts/gpu/gpu_bench.sh [report folder]      # default results/gpu; raw outputs in $OUT or a
 #                                             # temporary folder
 # Environment: TED_GPU_BUILD_DIR (default build-gpu, a build with CUDA for this GPU), ROUNDS (2).
 # Exit: 0 when every bar was met, 1 when a bar was not met or a step failed (the report says which,
 # and lists what is missing), 2 without a GPU or a build.
 set -uo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${TED_GPU_BUILD_DIR:-build-gpu}
 report_dir=${1:-results/gpu}
@@ -71,6 +71,6 @@ else
 fi
 
 stamp "report"
-python3 scripts/gpu_report.py "$raw" "$report_dir" || failed=1
+python3 scripts/gpu/gpu_report.py "$raw" "$report_dir" || failed=1
 stamp "done (raw outputs in $raw)"
 exit "$failed"

@@ -4,15 +4,15 @@
 # two run the same command alternately for several rounds, so that whatever else the machine does
 # falls on both. Prints per round and side the median seconds per step (after the first steps,
 # which warm up), then the medians over the rounds and the ratio this / other.
-#   ./scripts/train_vs_revision.sh HEAD~3
-#   ROUNDS=7 RANKS=4 ./scripts/train_vs_revision.sh d3dc314 --tp 2 --ep 2 --dtd
+#   ./scripts/comparisons/train_vs_revision.sh HEAD~3
+#   ROUNDS=7 RANKS=4 ./scripts/comparisons/train_vs_revision.sh d3dc314 --tp 2 --ep 2 --dtd
 # Arguments after the revision go to ted_train (default: the layout T=2 Ep=2 with DTD on a
 # model the size of the CPU experiments' block). Environment: ROUNDS (5), RANKS (4), STEPS (40),
 # SKIP (5, steps left out of each run's median), THREAD_ENV (default "TED_NUM_THREADS=1
 # OPENBLAS_NUM_THREADS=1", as the experiments run; THREAD_ENV= leaves each side its defaults),
 # MAX_RATIO (default 1.0): it exits 1 when the median ratio this / other is above it.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 cd "$TED_ROOT"
 revision=${1:?usage: $0 <git revision> [ted_train arguments]}
 shift

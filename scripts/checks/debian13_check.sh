@@ -11,12 +11,12 @@
 # skipped) and the tests TED_DEBIAN13_EXCLUDE names (a CTest -E regex; by default slurm_cluster,
 # whose two slurmd never come up in the root).
 # Times: docs/testing.md, "Debian 13".
-#   sudo ./scripts/debian13_check.sh              # TED_DEBIAN13_FRESH=1 makes the root again,
+#   sudo ./scripts/checks/debian13_check.sh              # TED_DEBIAN13_FRESH=1 makes the root again,
 #                                                 # TED_DEBIAN13_KEEP_BUILD=1 keeps the build
 # The whole script is one block, read before it runs: editing the file cannot change a run.
 {
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 target=${TED_DEBIAN13_ROOT:-/var/cache/ted/debian13}
 mirror=${TED_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 exclude=${TED_DEBIAN13_EXCLUDE-^slurm_cluster$}

@@ -1,0 +1,49 @@
+// The GPT's parameters, written once: every tensor's name, full shape, kind (dense or expert),
+// initialisation, weight decay and this rank's shard under a layout. The model allocates what
+// gpt_param_specs gives (gpt.cpp); the projection sums the same specs (projection/step.cpp), so
+// the parameter counts, the ZeRO-1 shards and the 16-bit gradient stages cannot drift apart.
+// A new parameter is one line here, and its use in gpt.cpp.
+//
+// Shards (Megatron tensor parallelism, docs/algorithm.md section 3): column-parallel tensors
+// (qkv, fc1, the experts' w1) keep columns t of T, row-parallel ones (proj, fc2, the experts'
+// w2) rows t of T; expert tensors keep experts e of Ep (and, with unsplit experts, their whole
+// FFN width); everything else is whole on every rank.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ted/model/config.hpp"
+#include "ted/model/params.hpp"
+
+namespace ted::model {
+
+// Where one rank sits in the layout, as the parameters see it.
+struct ParamShard {
+  int tensor_ranks = 1, tensor_rank = 0;
+  int expert_ranks = 1, expert_rank = 0;
+  bool split_experts = true;  // experts tensor-parallel (parallel.split_experts)
+};
+
+struct GptParamSpecs {
+  std::vector<ParamSpec> specs;  // in id order: ParamSet::add returns these positions
+  // The groups of ids [first, end) whose gradients backward produces together (with 16-bit
+  // gradients, staged in fp32 a group at a time): the embeddings, each block, the head (final
+  // LayerNorm and LM head).
+  using Ids = std::pair<int, int>;
+  Ids embedding{0, 0}, head{0, 0};
+  std::vector<Ids> blocks;
+  // The tied embedding (model.tie_embeddings): its id, which the head's group holds as well (its
+  // gradient comes from both uses); -1 with an LM head of its own.
+  int head_table = -1;
+
+  // The id of the tensor `name`; Error when there is none.
+  int id(const std::string& name) const;
+  // Elements held on this rank by the tensors of `ids`, per kind (unpadded).
+  std::pair<std::size_t, std::size_t> elements(Ids ids) const;  // {dense, expert}
+};
+
+GptParamSpecs gpt_param_specs(const ModelConfig& config, const ParamShard& shard);
+
+}  // namespace ted::model
