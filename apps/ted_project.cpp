@@ -63,16 +63,18 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
   line("  GEMMs: %g units, tiles %g x %g, %g elements of k per tile outside the inner loop.\n",
        c.gemm.units, c.gemm.tile_m, c.gemm.tile_n, c.gemm.k_overhead);
   line(
-      "  Links: each device %.4g B/s per direction into its node (latency %.3g s per call,\n"
-      "  %.3g s per all-to-all peer);",
-      c.intra.bandwidth, c.intra.latency, c.intra.peer_latency);
+      "  Links: each device %.4g B/s per direction into its node (latency %.3g s per call, %.3g\n"
+      "  s per message, %.3g s of the rank's own per message);",
+      c.intra.bandwidth, c.intra.latency, c.intra.peer_latency, c.intra.peer_overhead);
   if (c.socket_devices > 0)
     line(" sockets of %d devices joined by %.4g B/s per direction,\n  shared by the socket;",
          c.socket_devices, c.socket_bandwidth);
   line(
-      " each node %.4g B/s per direction into the network, shared by\n  its devices (latency "
-      "%.3g s per call, %.3g s per all-to-all peer).\n",
-      c.inter.bandwidth, c.inter.latency, c.inter.peer_latency);
+      " each node %.4g B/s per direction into the network, shared by\n  its devices, %.4g B/s "
+      "of it through one device's network port (latency %.3g s per call, %.3g s\n  per message, "
+      "%.3g s of the rank's own per message).\n",
+      c.inter.bandwidth, c.inter.device_bandwidth, c.inter.latency, c.inter.peer_latency,
+      c.inter.peer_overhead);
   line("  Source: %s\n", c.source.c_str());
   text +=
       "Time model (lib/ted/projection/time.hpp), per rank, nothing overlapped except with\n"
@@ -96,13 +98,17 @@ void write_assumptions(const std::string& csv, const pj::Cluster& c,
       "  norm's read, the gradient copy into the temporary (the spike; a tile at a time with\n"
       "  tiles: the same bytes), Adam's reads and writes of its state (and the fp32 master in\n"
       "  mixed precision), the 16-bit weights written; and the gradients zeroed.\n"
-      "  Collectives: each kind in each TED group, every call paying the latency of the outermost\n"
-      "  level its group spans (an all-to-all also a latency per peer), and the slowest of: the\n"
-      "  bus bytes (nccl-tests) over a device's own link; for rings (all-reduce, all-gather,\n"
-      "  reduce-scatter) the bus bytes times the groups whose ring crosses the same socket link\n"
-      "  or node injection, over that link; for all-to-alls the bytes all members of all groups\n"
-      "  on a node send off the node (or to its other socket), over that link. The slowest\n"
-      "  node counts. Ranks fill nodes in order, tensor fastest, then expert, then data.\n"
+      "  Collectives (lib/ted/projection/comm_time.cpp): each kind in each TED group, call by\n"
+      "  call at its size, every call paying the latency of the outermost level its group spans.\n"
+      "  Rings (all-reduce, all-gather, reduce-scatter): plus a message latency per ring step\n"
+      "  (inside the node or across it) and the slowest of: the bus bytes (nccl-tests) over a\n"
+      "  device's own link and, times the groups whose ring crosses the same socket link or node\n"
+      "  injection, over that link. All-to-alls: plus the larger of the\n"
+      "  messages' term (one message's latency to the farthest peer and the rank's own cost per\n"
+      "  peer) and the bytes' term (the bytes over a device's own link and network port, and the\n"
+      "  bytes all members of all groups on a node send off it, or to its other socket, over\n"
+      "  that link): a peer's message reaches a link's rate only when large. The slowest node\n"
+      "  counts. Ranks fill nodes in order, tensor fastest, then expert, then data.\n"
       "  pct_of_peak: model FLOPs per step (Narayanan et al., SC'21: per token and layer 24 h^2 +\n"
       "  4 S h forward, an MoE FFN as top_k dense FFNs plus the gate's 2 h E, the LM head 2 h V;\n"
       "  x 3, x 4 with full activation checkpointing) / (time x GPUs x peak).\n"
