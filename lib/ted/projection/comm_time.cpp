@@ -4,16 +4,16 @@
 //
 // All-to-all (NCCL's is a group of point-to-point sends and receives, one per peer; MPI's the
 // same messages in its own order): every message is independent of the others, so the costs of
-// the messages overlap the transfer instead of adding to it. A call takes
-//   latency + max(message term, byte terms)
+// a call overlap its transfer instead of adding to it. A call takes
+//   max(latency + message term, byte terms)
 //   message term: the latency of one message to the farthest peer, plus the rank's own cost per
 //                 message (peer_overhead) for each of its peers, paid one after another;
 //   byte terms:   each level's bytes over its bandwidth: what a device sends through its own
 //                 link (intra) and into the network (inter.device_bandwidth: the NIC it uses),
 //                 what all devices of a node send off the node (inter.bandwidth) or to its
 //                 other socket, every group of the kind at once.
-// A peer's message m thus reaches a link's rate only when m / bandwidth outgrows the message
-// term; at large messages the time is the bytes over the slowest level's bandwidth.
+// A peer's message m thus reaches a link's rate only when m / bandwidth outgrows the call's and
+// the messages' costs; at large messages the time is the bytes over the slowest level.
 // Rings (all-reduce, all-gather, reduce-scatter, broadcast): each step waits for the previous
 // step's chunk, so the steps' latencies add to the bytes (as NCCL's own cost model has it):
 //   latency + intra steps x intra.peer_latency + inter steps x inter.peer_latency
@@ -148,7 +148,7 @@ double collective_time(CollectiveOp op, GroupKind group, const Traffic& x, const
       messages =
           std::max(messages, latency + near * c.intra.peer_overhead + far * c.inter.peer_overhead);
     }
-    return calls * (outer.latency + std::max(messages, bytes_seconds));
+    return calls * std::max(outer.latency + messages, bytes_seconds);
   }
   // A ring leaves each node it spans once and crosses a socket link once per direction: its
   // bus bytes, times the rings sharing it. NCCL spreads a ring's channels over all the node's
