@@ -18,9 +18,10 @@ done
 topology=$1
 shift
 [ -r "$topology" ] || die "cannot read $topology"
-key() {
+key() {  # key <name> [default]
   local value
   value=$(sed -n "s/^$1:[[:space:]]*\([^#[:space:]]*\).*/\1/p" "$topology" | head -1)
+  [ -n "$value" ] || value=${2:-}
   [ -n "$value" ] || die "$topology: key '$1' is missing"
   echo "$value"
 }
@@ -28,6 +29,25 @@ nodes=$(key nodes)
 per_node=$(key ranks_per_node)
 rate=$(key bandwidth)
 delay=$(key latency)
+# tc tbf's token bucket and queue: what may leave at memory speed after an idle spell, and how
+# long a packet may wait before it is dropped (the defaults are the first topologies' shaping).
+burst=$(key burst 256kb)
+queue=$(key queue 100ms)
+# shaping: bucket (default) is tc tbf with the burst and queue above. rate is a plain full-duplex
+# link at the rate: TCP's segments cut to the MTU (gso_max_size) so the shaper sees packets, not
+# 64 KB bursts; packets under 128 bytes (TCP's bare acknowledgements) leave at once instead of
+# waiting behind the data going out; the data's queue never drops (an htb class at the rate over
+# a pfifo of 100000 packets); TCP's buffers grow to 32 MB and MPI's TCP transport sends every
+# message of up to 32 MB at once (eagerly), so that a message of MBs is in the kernel's hands and
+# not waiting for its rank to be scheduled: MPI's rendezvous for larger messages needs every rank's
+# progress, which four ranks on two cores do not give it promptly, and held an all-to-all of four
+# ranks to 60-70% of the link from 256 KiB per rank. InfiniBand neither drops nor queues its flow
+# control behind data.
+shaping=$(key shaping bucket)
+[[ "$shaping" == bucket || "$shaping" == rate ]] || die "$topology: shaping must be bucket or rate"
+mpi_rate=()
+[ "$shaping" = rate ] && mpi_rate=(--mca btl_tcp_eager_limit 33554432 --mca btl_tcp_rndv_eager_limit
+  33554432 --mca btl_tcp_max_send_size 33554432)
 [[ "$nodes" =~ ^[1-9][0-9]*$ && "$per_node" =~ ^[1-9][0-9]*$ ]] ||
   die "$topology: nodes and ranks_per_node must be positive integers"
 
@@ -66,8 +86,20 @@ for ((i = 0; i < nodes; i++)); do
   if [ "$delay" != 0 ]; then
     ip netns exec "$ns" tc qdisc add dev "${prefix}p$i" root netem delay "$delay" rate "$rate" ||
       die "latency needs the netem qdisc (sch_netem), which this kernel lacks; set latency: 0"
+  elif [ "$shaping" = rate ]; then
+    dev=${prefix}p$i
+    ip netns exec "$ns" ip link set "$dev" gso_max_size 1500
+    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_wmem="4096 1048576 33554432" \
+      net.ipv4.tcp_rmem="4096 1048576 33554432"
+    ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: htb default 10 2>/dev/null
+    ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:10 htb rate "$rate" \
+      ceil "$rate" burst "$burst" cburst "$burst" 2>/dev/null
+    ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:20 htb rate 100gbit 2>/dev/null
+    ip netns exec "$ns" tc qdisc add dev "$dev" parent 1:10 handle 10: pfifo limit 100000
+    ip netns exec "$ns" tc filter add dev "$dev" parent 1: protocol ip prio 1 u32 \
+      match u16 0x0000 0xff80 at 2 flowid 1:20  # IPv4 total length under 128 bytes
   else
-    ip netns exec "$ns" tc qdisc add dev "${prefix}p$i" root tbf rate "$rate" burst 256kb latency 100ms
+    ip netns exec "$ns" tc qdisc add dev "${prefix}p$i" root tbf rate "$rate" burst "$burst" latency "$queue"
   fi
   echo "$subnet.$((i + 1)) slots=$per_node" >>"$work/hosts"
 done
@@ -89,7 +121,7 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_orte_execute_
   mpirun --hostfile "$work/hosts" \
   -n $((nodes * per_node)) --mca plm_rsh_agent "$work/rsh" --mca plm_rsh_no_tree_spawn 1 \
   --mca oob_tcp_if_include "$subnet.0/24" --mca btl_tcp_if_include "$subnet.0/24" \
-  --mca btl self,vader,tcp --mca mpi_yield_when_idle 1 -x PATH \
+  --mca btl self,vader,tcp --mca mpi_yield_when_idle 1 "${mpi_rate[@]}" -x PATH \
   -x TED_TOPOLOGY="emulated ${nodes}x${per_node} @${rate}" \
   -x OPENBLAS_NUM_THREADS=1 -x TED_NUM_THREADS=1 "$@" || status=$?
 exit $status

@@ -48,11 +48,14 @@ gemm:   # one core: the measured rate is the rate of the experiments' shapes
 intra:
   bandwidth: $bandwidth   # fitted over all-reduce and all-to-all, 1 KiB - 4 MiB
   latency: $latency
-  peer_latency: 0   # the fit's latency is per call
+  peer_latency: 0   # the fit's latency is per call: MPI's collectives are not rings at small sizes
+  peer_overhead: 0
 inter:
   bandwidth: $bandwidth   # one node: never used
   latency: $latency
   peer_latency: 0
+  peer_overhead: 0
+  device_bandwidth: $bandwidth
 source: measured here by scripts/calibration/calibrate_cpu.sh
 YAML
 echo "== wrote experiments/clusters/cpu.yaml"

@@ -57,6 +57,35 @@ TEST_CASE("collectives: a node's network link is shared by the groups crossing i
                             data, c) == Approx(4 * 2 * 0.5 * sent / 10e9));
 }
 
+TEST_CASE("collectives: ring steps add their latencies, an all-to-all's costs overlap its bytes") {
+  auto c = gpu_cluster();  // nodes of 4
+  c.intra = {100e9, 1e-6, 2e-6, 0.5e-6};
+  c.inter = {10e9, 3e-6, 5e-6, 1e-6, 5e9};
+  const pj::Traffic tiny{1, 8, 8};
+  // A ring all-reduce over 8 ranks on 2 nodes: 14 steps, 2 of them between the nodes, each a
+  // message's latency, after the call's.
+  const ted::Layout data{1, 1, 8};
+  CHECK(pj::collective_time(ted::CollectiveOp::all_reduce, ted::GroupKind::nonexpert_data, tiny,
+                            data, c) == Approx(3e-6 + 12 * 2e-6 + 2 * 5e-6).epsilon(1e-3));
+  // An all-to-all over the same 8 ranks: 3 peers on the node, 4 off it. Small messages: one
+  // message's latency to the farthest peer and the rank's own cost per peer, after the call's.
+  const ted::Layout expert{1, 8, 1};
+  CHECK(pj::collective_time(ted::CollectiveOp::all_to_all, ted::GroupKind::expert, tiny, expert,
+                            c) == Approx(3e-6 + 5e-6 + 3 * 0.5e-6 + 4 * 1e-6).epsilon(1e-3));
+  // Large messages: the bytes alone (the call's and the messages' costs overlap them). Each
+  // node's 4 ranks send half their bytes off the node: 2 x sent over the node's link, 1/2 x sent
+  // over a device's port.
+  const double sent = static_cast<double>(1u << 30);
+  const pj::Traffic large{1, 1u << 30, 1u << 30};
+  CHECK(pj::collective_time(ted::CollectiveOp::all_to_all, ted::GroupKind::expert, large, expert,
+                            c) == Approx(2 * sent / 10e9));
+  // One rank per node: its network port (5e9) is slower than the node's share.
+  c.devices_per_node = 1;
+  const ted::Layout pair{1, 2, 1};
+  CHECK(pj::collective_time(ted::CollectiveOp::all_to_all, ted::GroupKind::expert, large, pair,
+                            c) == Approx(0.5 * sent / 5e9));
+}
+
 TEST_CASE("% of peak: model FLOPs as Narayanan et al. count them") {
   pj::StepShape s;
   s.model.vocab = 51200;

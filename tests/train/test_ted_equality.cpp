@@ -859,6 +859,28 @@ TEST_CASE("allocator: tiles bound the optimizer temporaries; the CAC stash equal
   CHECK(peaks(config, ted::MemoryCategory::cac_stash) == moe_layers * 2 * E * C * h * w);
   config.parallel.dtd = true;
   CHECK(peaks(config, ted::MemoryCategory::cac_stash) == moe_layers * 2 * E * (C / T) * h * w);
+
+  // The paper's CAC (parallel.cac_all_reduce) keeps every tensor all-reduce's output as well:
+  // the attention's and the dense FFN's [tokens, h], and the experts' row-parallel sum, the
+  // whole [E, C, h] buffer (DTD slices it afterwards) or, with the reduce-scatter, its slice.
+  // The projection's memory model counts the same bytes.
+  const std::size_t X = static_cast<std::size_t>(tokens) * h, full = E * C * h;
+  const std::size_t dense_layers = static_cast<std::size_t>(config.model.layers) - moe_layers;
+  auto stash_of = [&](const ted::train::TrainConfig& c) {
+    const std::size_t measured = peaks(c, ted::MemoryCategory::cac_stash);
+    const auto model =
+        ted::projection::step_memory(ted::projection::shape_of(c, ted::Layout{T, Ep, D}));
+    CHECK(model.of(ted::MemoryCategory::cac_stash) == measured);
+    return measured;
+  };
+  config.parallel.cac_all_reduce = true;
+  config.parallel.dtd = false;
+  CHECK(stash_of(config) == (moe_layers * (2 * full + X + full) + dense_layers * 2 * X) * w);
+  config.parallel.dtd = true;
+  CHECK(stash_of(config) == (moe_layers * (2 * full / T + X + full) + dense_layers * 2 * X) * w);
+  config.parallel.reduce_scatter = true;
+  CHECK(stash_of(config) ==
+        (moe_layers * (2 * full / T + X + full / T) + dense_layers * 2 * X) * w);
 }
 
 namespace {

@@ -28,16 +28,18 @@ void write_assumptions(const std::string& csv, const projection::Cluster& c,
   line("  GEMMs: %g units, tiles %g x %g, %g elements of k per tile outside the inner loop.\n",
        c.gemm.units, c.gemm.tile_m, c.gemm.tile_n, c.gemm.k_overhead);
   line(
-      "  Links: each device %.4g B/s per direction into its node (latency %.3g s per call,\n"
-      "  %.3g s per all-to-all peer);",
-      c.intra.bandwidth, c.intra.latency, c.intra.peer_latency);
+      "  Links: each device %.4g B/s per direction into its node (latency %.3g s per call, %.3g\n"
+      "  s per message, %.3g s of the rank's own per message);",
+      c.intra.bandwidth, c.intra.latency, c.intra.peer_latency, c.intra.peer_overhead);
   if (c.socket_devices > 0)
     line(" sockets of %d devices joined by %.4g B/s per direction,\n  shared by the socket;",
          c.socket_devices, c.socket_bandwidth);
   line(
-      " each node %.4g B/s per direction into the network, shared by\n  its devices (latency "
-      "%.3g s per call, %.3g s per all-to-all peer).\n",
-      c.inter.bandwidth, c.inter.latency, c.inter.peer_latency);
+      " each node %.4g B/s per direction into the network, shared by\n  its devices, %.4g B/s "
+      "of it through one device's network port (latency %.3g s per call, %.3g s\n  per message, "
+      "%.3g s of the rank's own per message).\n",
+      c.inter.bandwidth, c.inter.device_bandwidth, c.inter.latency, c.inter.peer_latency,
+      c.inter.peer_overhead);
   line("  Source: %s\n", c.source.c_str());
   text += time_model_text();
   const DataType dtype = config.train.run.dtype;

@@ -26,6 +26,9 @@ Point make_point(const ExperimentConfig& config, const System& system, Layout la
   par.dp = layout.data;
   par.dtd = system.dtd;
   par.cac = system.cac;
+  // The YAML's parallel.cac_all_reduce belongs to CAC: the systems with CAC stash the tensor
+  // all-reduces' outputs too (the paper's CAC), the others have nothing to extend.
+  par.cac_all_reduce = system.cac && base.parallel.cac_all_reduce;
   par.reduce_scatter = system.reduce_scatter;
   par.overlap = system.overlap == 1  ? 1
                 : system.overlap > 1 ? system.overlap

@@ -23,18 +23,37 @@ Cluster Cluster::load(const std::string& path) {
   s.add("intra.bandwidth", &c.intra.bandwidth);
   s.add("intra.latency", &c.intra.latency);
   s.add("intra.peer_latency", &c.intra.peer_latency);
+  s.add("intra.peer_overhead", &c.intra.peer_overhead);
   s.add("socket.devices", &c.socket_devices);
   s.add("socket.bandwidth", &c.socket_bandwidth);
   s.add("inter.bandwidth", &c.inter.bandwidth);
   s.add("inter.latency", &c.inter.latency);
   s.add("inter.peer_latency", &c.inter.peer_latency);
+  s.add("inter.peer_overhead", &c.inter.peer_overhead);
+  s.add("inter.device_bandwidth", &c.inter.device_bandwidth);
   s.add("source", &c.source);
   s.load_yaml(path);
   // No rate is guessed: a projection from a default bandwidth would look like a result.
-  s.require({"name", "device", "devices_per_node", "memory_bytes", "peak_flops", "sustained_flops",
-             "memory_bandwidth", "gemm.units", "gemm.tile_m", "gemm.tile_n", "gemm.k_overhead",
-             "intra.bandwidth", "intra.latency", "intra.peer_latency", "inter.bandwidth",
-             "inter.latency", "inter.peer_latency"},
+  s.require({"name",
+             "device",
+             "devices_per_node",
+             "memory_bytes",
+             "peak_flops",
+             "sustained_flops",
+             "memory_bandwidth",
+             "gemm.units",
+             "gemm.tile_m",
+             "gemm.tile_n",
+             "gemm.k_overhead",
+             "intra.bandwidth",
+             "intra.latency",
+             "intra.peer_latency",
+             "intra.peer_overhead",
+             "inter.bandwidth",
+             "inter.latency",
+             "inter.peer_latency",
+             "inter.peer_overhead",
+             "inter.device_bandwidth"},
             path, "a cluster file gives every rate; nothing is assumed");
   auto positive = [&](double value, const char* key) {
     if (!(value > 0)) throw ConfigError(path + ": key '" + key + "' must be positive");
@@ -57,6 +76,13 @@ Cluster Cluster::load(const std::string& path) {
   not_negative(c.inter.latency, "inter.latency");
   not_negative(c.intra.peer_latency, "intra.peer_latency");
   not_negative(c.inter.peer_latency, "inter.peer_latency");
+  not_negative(c.intra.peer_overhead, "intra.peer_overhead");
+  not_negative(c.inter.peer_overhead, "inter.peer_overhead");
+  positive(c.inter.device_bandwidth, "inter.device_bandwidth");
+  if (c.inter.device_bandwidth > c.inter.bandwidth)
+    throw ConfigError(path +
+                      ": key 'inter.device_bandwidth' exceeds 'inter.bandwidth' (a device's "
+                      "share of the node's network)");
   not_negative(c.cores_per_node, "cores_per_node");
   if (c.sustained_flops > c.peak_flops)
     throw ConfigError(path + ": key 'sustained_flops' exceeds 'peak_flops'");

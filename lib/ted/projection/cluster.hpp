@@ -1,18 +1,30 @@
 // A cluster description (experiments/clusters/*.yaml): what one device computes and holds, and
 // the links between devices at three levels — each device's own link into its node, optionally
 // the link between the sockets of a node (shared by the socket's devices), and the node's
-// network injection (shared by all its devices). Every rate is given in the file with where it
-// comes from; nothing is defaulted. The time model that reads it is projection/time.hpp.
+// network injection (shared by all its devices, of which one device's all-to-all messages reach
+// device_bandwidth) — with their latencies per call and per message. Every rate is given in the
+// file with where it comes from; nothing is defaulted. The time model that reads it is
+// projection/time.hpp (collectives: comm_time.cpp).
 #pragma once
 
 #include <string>
 
 namespace ted::projection {
 
+// One level of links (comm_time.cpp has the model that reads them).
 struct Link {
-  double bandwidth = 1e9;   // bytes/s in one direction (intra: per device; inter: per node)
-  double latency = 1e-5;    // s per collective call
-  double peer_latency = 0;  // s per peer of an all-to-all (its point-to-point messages)
+  double bandwidth = 1e9;  // bytes/s in one direction (intra: per device; inter: per node)
+  double latency = 1e-5;   // s per collective call (launch and synchronisation)
+  // s, one point-to-point message's latency over this level: a ring's step, an all-to-all's
+  // message to a peer (the messages to different peers overlap)
+  double peer_latency = 0;
+  // s a rank spends on each message it exchanges with a peer over this level, one message
+  // after another (posting, progressing, copying: what does not overlap between peers)
+  double peer_overhead = 0;
+  // inter only: bytes/s one device's all-to-all messages reach into the network through the one
+  // network device (NIC) they use; a ring's channels spread over all of the node's. 0: no limit
+  // below the node's bandwidth
+  double device_bandwidth = 0;
 };
 
 // The GEMM library's granularity: a GEMM's output is cut into tile_m x tile_n tiles, each

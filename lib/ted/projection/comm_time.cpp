@@ -1,5 +1,27 @@
 // The communication half of the time model (time.hpp): where the groups of a kind lie on the
-// cluster's nodes and sockets, and which level of links each collective's bytes cross.
+// cluster's nodes and sockets, which level of links each collective's bytes cross, and what a
+// call costs by its size.
+//
+// All-to-all (NCCL's is a group of point-to-point sends and receives, one per peer; MPI's the
+// same messages in its own order): every message is independent of the others, so the costs of
+// a call overlap its transfer instead of adding to it. A call takes
+//   max(latency + message term, byte terms)
+//   message term: the latency of one message to the farthest peer, plus the rank's own cost per
+//                 message (peer_overhead) for each of its peers, paid one after another;
+//   byte terms:   each level's bytes over its bandwidth: what a device sends through its own
+//                 link (intra) and into the network (inter.device_bandwidth: the NIC it uses),
+//                 what all devices of a node send off the node (inter.bandwidth) or to its
+//                 other socket, every group of the kind at once.
+// A peer's message m thus reaches a link's rate only when m / bandwidth outgrows the call's and
+// the messages' costs; at large messages the time is the bytes over the slowest level.
+// Rings (all-reduce, all-gather, reduce-scatter, broadcast): each step waits for the previous
+// step's chunk, so the steps' latencies add to the bytes (as NCCL's own cost model has it):
+//   latency + intra steps x intra.peer_latency + inter steps x inter.peer_latency
+//           + max(bus bytes over each level, times the rings sharing it).
+// A ring's channels go through all of a node's network devices (NCCL's maintainer, NVIDIA/nccl
+// issue 412: an all-reduce gains from every NIC added), an all-to-all's messages from one device
+// through one (nccl-tests issue 267: an all-to-all "cannot aggregate the bandwidth of multiple
+// NICs").
 #include <algorithm>
 #include <map>
 #include <set>
@@ -13,13 +35,17 @@ namespace {
 
 // How the groups of one kind lie on the machine, as load on each shared level: per node, the
 // groups whose ring crosses the node's network injection, and those whose ring crosses its
-// socket link; and for all-to-alls the share of a member's bytes that leaves its node (or
-// crosses to the other socket of its node), summed over the node's members of all groups.
+// socket link; for all-to-alls the share of a member's bytes that leaves its node (or crosses
+// to the other socket of its node), summed over the node's members of all groups, and one
+// member's share alone; and the peers a member has on and off its node.
 struct Placement {
   int group_size = 1;
   bool any_spans_nodes = false;
+  int most_nodes = 1;  // the most nodes one group's members lie on
   double max_rings_on_nic = 0, max_rings_on_socket_link = 0;
   double max_offnode_share = 0, max_offsocket_share = 0;
+  double max_member_offnode_share = 0;
+  std::set<std::pair<int, int>> peers;  // (peers on the member's node, peers off it), per member
 };
 
 Placement place(const Layout& layout, GroupKind kind, const Cluster& c) {
@@ -48,6 +74,7 @@ Placement place(const Layout& layout, GroupKind kind, const Cluster& c) {
     }
     const bool spans = on_node.size() > 1;
     p.any_spans_nodes |= spans;
+    p.most_nodes = std::max(p.most_nodes, static_cast<int>(on_node.size()));
     for (const auto& [node, count] : on_node) {
       if (spans) rings_on_nic[node] += 1;
       if (sockets_used[node].size() > 1) rings_on_socket_link[node] += 1;
@@ -56,6 +83,8 @@ Placement place(const Layout& layout, GroupKind kind, const Cluster& c) {
       const double q = on_node[node_of(r)], s = on_socket[{node_of(r), socket_of(r)}];
       offnode[node_of(r)] += (n - q) / n;
       offsocket[node_of(r)] += (q - s) / n;
+      p.max_member_offnode_share = std::max(p.max_member_offnode_share, (n - q) / n);
+      p.peers.insert({static_cast<int>(q) - 1, static_cast<int>(n - q)});
     }
   }
   auto largest = [](const std::map<int, double>& loads) {
@@ -70,10 +99,23 @@ Placement place(const Layout& layout, GroupKind kind, const Cluster& c) {
   return p;
 }
 
+// The ring steps of one call of `op` over n members on `nodes` nodes, and how many of them cross
+// between nodes (NCCL's count: an all-reduce is a reduce-scatter and an all-gather, 2 (n - 1)
+// steps, of which 2 (nodes - 1) cross).
+struct RingSteps {
+  double intra = 0, inter = 0;
+};
+RingSteps ring_steps(CollectiveOp op, int n, int nodes) {
+  const double passes = op == CollectiveOp::all_reduce ? 2 : 1;
+  const double inter = passes * (nodes - 1);
+  return {passes * (n - 1) - inter, inter};
+}
+
 }  // namespace
 
 double collective_time(CollectiveOp op, GroupKind group, const Traffic& x, const Layout& layout,
                        const Cluster& c) {
+  if (op == CollectiveOp::barrier) return 0;  // the schedule issues none on the TED groups
   const Placement p = place(layout, group, c);
   const int n = p.group_size;
   if (n <= 1 || x.calls == 0) return 0;  // a group of one moves nothing
@@ -87,25 +129,37 @@ double collective_time(CollectiveOp op, GroupKind group, const Traffic& x, const
                           0.0};
   const double bus = bus_bytes(entry);  // per call, what each rank puts on its own link
   const Link& outer = p.any_spans_nodes ? c.inter : c.intra;
-  double seconds = bus / c.intra.bandwidth;  // each device's own link
-  double latency = outer.latency;
   const bool all_to_all = op == CollectiveOp::all_to_all || op == CollectiveOp::all_to_all_v;
+  double bytes_seconds = bus / c.intra.bandwidth;  // each device's own link
   if (all_to_all) {
     // Every member sends to every other at once: what leaves a node (or crosses its sockets)
-    // is the sum over the node's members of every group of the kind.
+    // is the sum over the node's members of every group of the kind; what leaves one device
+    // goes through its own network device.
     const double sent = static_cast<double>(entry.bytes_sent);
-    seconds = std::max(seconds, p.max_offnode_share * sent / c.inter.bandwidth);
+    bytes_seconds = std::max(bytes_seconds, p.max_offnode_share * sent / c.inter.bandwidth);
+    if (c.inter.device_bandwidth > 0)
+      bytes_seconds =
+          std::max(bytes_seconds, p.max_member_offnode_share * sent / c.inter.device_bandwidth);
     if (c.socket_devices > 0)
-      seconds = std::max(seconds, p.max_offsocket_share * sent / c.socket_bandwidth);
-    latency += (n - 1) * outer.peer_latency;
-  } else {
-    // A ring (all-reduce, all-gather, reduce-scatter) leaves each node it spans once and
-    // crosses a socket link once per direction: its bus bytes, times the rings sharing it.
-    seconds = std::max(seconds, p.max_rings_on_nic * bus / c.inter.bandwidth);
-    if (c.socket_devices > 0)
-      seconds = std::max(seconds, p.max_rings_on_socket_link * bus / c.socket_bandwidth);
+      bytes_seconds = std::max(bytes_seconds, p.max_offsocket_share * sent / c.socket_bandwidth);
+    double messages = 0;  // the slowest member's message term
+    for (const auto& [near, far] : p.peers) {
+      const double latency = far > 0 ? c.inter.peer_latency : c.intra.peer_latency;
+      messages =
+          std::max(messages, latency + near * c.intra.peer_overhead + far * c.inter.peer_overhead);
+    }
+    return calls * std::max(outer.latency + messages, bytes_seconds);
   }
-  return calls * (latency + seconds);
+  // A ring leaves each node it spans once and crosses a socket link once per direction: its
+  // bus bytes, times the rings sharing it. NCCL spreads a ring's channels over all the node's
+  // network devices (unlike an all-to-all's messages), so the node's bandwidth is the limit.
+  bytes_seconds = std::max(bytes_seconds, p.max_rings_on_nic * bus / c.inter.bandwidth);
+  if (c.socket_devices > 0)
+    bytes_seconds = std::max(bytes_seconds, p.max_rings_on_socket_link * bus / c.socket_bandwidth);
+  const RingSteps steps = ring_steps(op, n, p.most_nodes);
+  const double step_latency =
+      steps.intra * c.intra.peer_latency + steps.inter * c.inter.peer_latency;
+  return calls * (outer.latency + step_latency + bytes_seconds);
 }
 
 }  // namespace ted::projection

@@ -2,6 +2,8 @@
 // passes, the optimizer step, and the model FLOPs of % of peak.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "ted/projection/time.hpp"
 #include "ted/routing/gating.hpp"
@@ -255,14 +257,22 @@ StepTime step_time(const StepShape& s, const Cluster& c) {
   t.optimizer = optimizer_bytes(s) / c.memory_bandwidth / share;
   t.compute = t.gemm + t.memory_bound + t.optimizer;
 
-  const StepTraffic traffic = step_traffic(s);
-  for (auto group :
-       {GroupKind::tensor, GroupKind::expert, GroupKind::expert_data, GroupKind::nonexpert_data})
-    for (std::size_t op = 0; op < kCollectiveOpCount; ++op) {
-      const Traffic& x = traffic[op][static_cast<std::size_t>(group)];
-      if (!x.calls) continue;
-      t.collective[op] += collective_time(static_cast<CollectiveOp>(op), group, x, s.layout, c);
-    }
+  // A call's time depends on its size (latencies, and messages too small to fill a link), so
+  // the plan's collectives are timed size by size: the calls of each (op, group, bytes).
+  std::map<std::tuple<int, int, std::uint64_t, std::uint64_t>, Traffic> sized;
+  for (const PlannedCollective& x : step_collectives(s)) {
+    Traffic& y =
+        sized[{static_cast<int>(x.op), static_cast<int>(x.group), x.bytes_sent, x.bytes_recv}];
+    y.calls += x.calls;
+    y.bytes_sent += x.calls * x.bytes_sent;
+    y.bytes_recv += x.calls * x.bytes_recv;
+  }
+  for (const auto& [key, x] : sized) {
+    if (!x.calls) continue;
+    const auto op = static_cast<CollectiveOp>(std::get<0>(key));
+    t.collective[static_cast<std::size_t>(op)] +=
+        collective_time(op, static_cast<GroupKind>(std::get<1>(key)), x, s.layout, c);
+  }
   const double hidden =
       overlap_hidden(s, c, t.collective[static_cast<std::size_t>(CollectiveOp::all_to_all)], share);
   t.collective[static_cast<std::size_t>(CollectiveOp::all_to_all)] -= hidden;
