@@ -5,7 +5,9 @@ the model FLOPs of README's formula.
 The shapes, parameter names' roles and initialisation follow lib/ted/model/gpt.cpp: token and
 position embeddings, pre-LN blocks (causal multi-head attention with a fused QKV projection and
 an output projection, both with biases; an FFN h -> ffn_mult*h -> h with tanh GeLU, or the MoE
-layer of E such experts and a bias-free fp32 gate), a final LayerNorm and an untied LM head.
+layer of E such experts and a bias-free fp32 gate), a final LayerNorm and the LM head: the token
+embedding's table itself when model.tie_embeddings (ours by default; one table at T = 1 is the
+vocabulary-parallel one of Megatron's GPT), else a matrix of its own.
 Matrices and embeddings are drawn from N(0, init_std), biases are 0, LayerNorm gains 1; weight
 decay applies to the matrices only. The parameter count equals ours exactly (the test checks).
 What differs is DeepSpeed's by design: its gating (README, "Gating, and how it differs from
@@ -25,8 +27,9 @@ import counter_random
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden, heads, fused):
+    def __init__(self, hidden, heads, fused, dropout):
         super().__init__()
+        self.dropout = dropout
         self.heads, self.fused = heads, fused
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
@@ -37,11 +40,13 @@ class Attention(nn.Module):
         shape = (batch, seq, self.heads, hidden // self.heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
         if self.fused:  # PyTorch's fused causal attention, as model.attention: fused (or auto)
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         else:  # the [seq, seq] probabilities kept per head, as model.attention: materialized
             scores = q @ k.transpose(-2, -1) / math.sqrt(hidden // self.heads)
             mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
-            out = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+            probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
+            out = F.dropout(probs, self.dropout, self.training) @ v
         return self.proj(out.transpose(1, 2).reshape(batch, seq, hidden))
 
 
@@ -57,7 +62,8 @@ class Block(nn.Module):
         h = m["hidden"]
         self.ln1 = nn.LayerNorm(h, eps=1e-5)
         # auto: PyTorch's fused attention, its fastest on every device it runs on here
-        self.attn = Attention(h, m["heads"], m["attention"] != "materialized")
+        self.attn = Attention(h, m["heads"], m["attention"] != "materialized", m["dropout"])
+        self.dropout = m["dropout"]
         self.ln2 = nn.LayerNorm(h, eps=1e-5)
         self.moe = moe
         expert = ffn(h, m["ffn_mult"] * h)
@@ -72,11 +78,16 @@ class Block(nn.Module):
             self.ffn = expert
 
     def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+        # Dropout where ours has it (each sub-layer's output before its residual, and the
+        # attention probabilities), with PyTorch's random numbers: ours' masks are counters of
+        # (seed, step, layer, token, feature), so the two match in distribution, not mask by mask.
+        drop = lambda t: F.dropout(t, self.dropout, self.training)  # noqa: E731
+        x = x + drop(self.attn(self.ln1(x)))
         if self.moe:
             out, aux, _ = self.ffn(self.ln2(x))
-            return x + out, aux.float()
-        return x + self.ffn(self.ln2(x)), torch.zeros((), dtype=torch.float32, device=x.device)
+            return x + drop(out), aux.float()
+        return x + drop(self.ffn(self.ln2(x))), torch.zeros((), dtype=torch.float32,
+                                                             device=x.device)
 
 
 class GptMoe(nn.Module):
@@ -92,7 +103,8 @@ class GptMoe(nn.Module):
             Block(cfg, (layer + 1) % m["expert_interval"] == 0, ep_size)
             for layer in range(m["layers"]))
         self.lnf = nn.LayerNorm(h, eps=1e-5)
-        self.lm_head = nn.Linear(h, vocab, bias=False)
+        self.tied = m["tie_embeddings"]
+        self.lm_head = None if self.tied else nn.Linear(h, vocab, bias=False)
         self.checkpoint = m["checkpoint"]
 
     def forward(self, tokens, targets):
@@ -108,7 +120,8 @@ class GptMoe(nn.Module):
             else:
                 x, layer_aux = block(x)
             aux = aux + layer_aux
-        logits = self.lm_head(self.lnf(x))
+        x = self.lnf(x)
+        logits = F.linear(x, self.tok_emb.weight) if self.tied else self.lm_head(x)
         lm = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
         return lm, aux
 
@@ -214,7 +227,7 @@ def parameter_count(cfg):
     """Parameters of the whole model (every expert), as lib/ted/model/gpt.cpp lays them out."""
     m = cfg["model"]
     h, v, s, e, f = m["hidden"], m["vocab"], m["seq_len"], m["experts"], m["ffn_mult"] * m["hidden"]
-    total = v * h + s * h + 2 * h + h * v
+    total = v * h + s * h + 2 * h + (0 if m["tie_embeddings"] else h * v)
     for layer in range(m["layers"]):
         total += 4 * h + 3 * h * h + 3 * h + h * h + h
         mlp = h * f + f + f * h + h

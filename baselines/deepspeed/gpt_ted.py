@@ -41,8 +41,9 @@ import megatron
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden, heads, fused):
+    def __init__(self, hidden, heads, fused, dropout):
         super().__init__()
+        self.dropout = dropout
         T = megatron.groups().T
         self.local_hidden, self.local_heads, self.fused = hidden // T, heads // T, fused
         self.qkv = megatron.ColumnParallelLinear(hidden, 3 * self.local_hidden)
@@ -55,11 +56,13 @@ class Attention(nn.Module):
         shape = (batch, seq, heads, hl // heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
         if self.fused:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         else:
             scores = q @ k.transpose(-2, -1) / math.sqrt(hl // heads)
             mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
-            out = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+            probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
+            out = F.dropout(probs, self.dropout, self.training) @ v
         return self.proj(out.transpose(1, 2).reshape(batch, seq, hl))
 
 
@@ -85,7 +88,8 @@ class Block(nn.Module):
         m, g = cfg["model"], cfg["gating"]
         h, f = m["hidden"], m["ffn_mult"] * m["hidden"]
         self.ln1 = nn.LayerNorm(h, eps=1e-5)
-        self.attn = Attention(h, m["heads"], m["attention"] != "materialized")
+        self.attn = Attention(h, m["heads"], m["attention"] != "materialized", m["dropout"])
+        self.dropout = m["dropout"]
         self.ln2 = nn.LayerNorm(h, eps=1e-5)
         self.moe = moe
         if moe:
@@ -101,11 +105,16 @@ class Block(nn.Module):
             self.ffn = parallel_ffn(h, f)
 
     def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+        # Dropout where ours has it (each sub-layer's output before its residual, and the
+        # attention probabilities), with PyTorch's random numbers: ours' masks are counters of
+        # (seed, step, layer, token, feature), so the two match in distribution, not mask by mask.
+        drop = lambda t: F.dropout(t, self.dropout, self.training)  # noqa: E731
+        x = x + drop(self.attn(self.ln1(x)))
         if self.moe:
             out, aux, _ = self.ffn(self.ln2(x))
-            return x + out, aux.float()
-        return x + self.ffn(self.ln2(x)), torch.zeros((), dtype=torch.float32, device=x.device)
+            return x + drop(out), aux.float()
+        return x + drop(self.ffn(self.ln2(x))), torch.zeros((), dtype=torch.float32,
+                                                             device=x.device)
 
 
 class GptTed(nn.Module):

@@ -28,9 +28,9 @@ DEFAULTS = {
     "model": {"vocab": 64, "seq_len": 32, "hidden": 64, "heads": 4, "layers": 2, "ffn_mult": 4,
               "experts": 4, "expert_interval": 2, "checkpoint": False, "attention": "auto",
               "init_std": 0.02,
-              # The vocabulary-parallel tied embedding and dropout of the model change to come in
-              # ours (docs/deepspeed.md, "DeepSpeed-TED"): the tied form runs here already.
-              "tie_embeddings": False, "dropout": 0.0},
+              # Ours' defaults: the embedding tied to the LM head (vocabulary-parallel at T > 1),
+              # no dropout (with dropout the masks are PyTorch's, not ours' counters).
+              "tie_embeddings": True, "dropout": 0.0},
     "gating": {"top_k": 1, "capacity_factor": 1.0, "min_capacity": 4,
                "random_token_selection": False, "second_choice_noise": False, "dropless": False,
                "aux_coeff": 0.01},
@@ -189,9 +189,8 @@ def _validate(cfg):
         raise ConfigError("gating.capacity_factor must be positive and at most model.experts")
     if g["min_capacity"] < 0 or g["aux_coeff"] < 0:
         raise ConfigError("gating.min_capacity and gating.aux_coeff must not be negative")
-    if m["dropout"] != 0:
-        raise ConfigError("model.dropout: the DeepSpeed runner has no dropout yet (ours has "
-                          "none to compare with: its masks would have to be ported first)")
+    if not 0 <= m["dropout"] < 1:
+        raise ConfigError(f"model.dropout must be in [0, 1), got {m['dropout']}")
     if not 0 < m["init_std"] <= 1:
         raise ConfigError(f"model.init_std must be in (0, 1], got {m['init_std']}")
     if o["lr"] <= 0 or o["min_lr"] < 0 or o["warmup_steps"] < 0 or o["grad_clip"] < 0:

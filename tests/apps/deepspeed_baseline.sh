@@ -43,6 +43,28 @@ baselines/deepspeed/launch.sh -n "$ranks" -c "$config" "${layout[@]}" --csv "$wo
   -c experiments/train/tiny-cpu.yaml --ep 2 --steps 5 --csv "$work/ours_train.csv" >/dev/null
 baselines/deepspeed/launch.sh -n "$ranks" -c experiments/train/tiny-cpu.yaml \
   --set parallel.ep=2 --steps 5 --csv "$work/deepspeed_train.csv"
+if [ "$ranks" = 2 ]; then
+  # Dropout (model.dropout, the paper YAMLs' 0.1): DeepSpeed's with PyTorch's masks, ours with
+  # counter-based ones, so the losses agree in distribution only; DeepSpeed's must differ from
+  # its run without dropout (the masks are applied).
+  "$mpiexec" -n "$ranks" --oversubscribe "$build/apps/ted_train" -c experiments/train/tiny-cpu.yaml \
+    --ep 2 --steps 5 --set model.dropout=0.1 --csv "$work/ours_dropout.csv" >/dev/null
+  baselines/deepspeed/launch.sh -n "$ranks" -c experiments/train/tiny-cpu.yaml \
+    --set parallel.ep=2 --set model.dropout=0.1 --steps 5 --csv "$work/deepspeed_dropout.csv" \
+    >/dev/null
+  /usr/bin/python3 - "$work" <<'PY'
+import csv, sys
+def losses(name):
+    return [float(r["loss"]) for r in csv.DictReader(open(f"{sys.argv[1]}/{name}.csv"))]
+ours, theirs, plain = losses("ours_dropout"), losses("deepspeed_dropout"), losses("deepspeed_train")
+assert len(ours) == len(theirs) == 5, (len(ours), len(theirs))
+assert all(a != b for a, b in zip(theirs, plain)), f"dropout 0.1 changed no loss: {theirs}"
+worst = max(abs(a / b - 1) for a, b in zip(theirs, ours))
+assert worst < 0.03, f"dropout 0.1: DeepSpeed's losses {theirs} against ours {ours}"
+print(f"ok    dropout 0.1: DeepSpeed's losses within {100 * worst:.2f}% of ours (masks drawn "
+      "apart), each unlike its run without dropout")
+PY
+fi
 if [ "$ranks" -ge 4 ]; then
   workload=(--set routing.workload=zipf --set routing.zipf_s=1.2 --set gating.top_k=2
     --set gating.second_choice_noise=true --set gating.capacity_factor=1.25)
