@@ -165,12 +165,11 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
                                // and each row's log-sum-exp
   // Kept for backward at the end of forward: the ids, the checkpoints (or every block's
   // activations) with the final LayerNorm's input, its output and statistics, the logits and
-  // their log-sum-exp; then, checkpointed, block l's inputs up to l and its recomputed internals.
-  std::uint64_t kept = iw * 2 * N + w * X * (m.layers + 2) + mw * 2 * N + w * N * V + mw * N;
-  for (int l = 0; l < m.layers && !m.checkpoint; ++l) kept += internals[l];
-  std::uint64_t saved = kept;
-  for (int l = 0; l < m.layers && m.checkpoint; ++l)
-    saved = std::max(saved, iw * 2 * N + w * X * (l + 1));  // internals: in the replay below
+  // their log-sum-exp; then, checkpointed, block l's inputs up to l and its recomputed internals
+  // (in the backward's replay below).
+  std::uint64_t saved = iw * 2 * N + w * X * (m.layers + 2) + mw * 2 * N + w * N * V + mw * N;
+  if (!m.checkpoint)
+    for (std::uint64_t block : internals) saved += block;
   if (m.tie_embeddings) {  // the vocabulary-parallel cross-entropy's row statistics
     a.take(mw * 3 * N);
     a.give(mw * 3 * N);
