@@ -958,14 +958,17 @@ TEST_CASE("the parameter parts of the traffic model match the flat buffers") {
 }
 
 // One step of `config` on a tracking device; every category's peak within 5% of the memory
-// model's. Returns the model's estimate.
+// model's, and so what the model keeps for backward at its largest (counted off its own
+// tensors, the figure DeepSpeed's saved tensors compare to). Returns the model's estimate.
 ted::projection::MemoryEstimate check_memory_model(const ted::train::TrainConfig& config,
                                                    const ted::Layout& layout,
                                                    ted::TedGroups& groups,
                                                    ted::TrackingDevice& device) {
+  std::size_t saved = 0;
   {
     ted::train::Trainer trainer(config, device, layout.world_size() > 1 ? &groups : nullptr);
     trainer.step(0);
+    saved = trainer.activations_saved_peak();
   }
   const auto estimate = ted::projection::step_memory(shape_of(config, layout));
   for (std::size_t c = 0; c < ted::kMemoryCategoryCount; ++c) {
@@ -975,6 +978,12 @@ ted::projection::MemoryEstimate check_memory_model(const ted::train::TrainConfig
     INFO(ted::to_string(category) << ": model " << model << " vs allocator " << measured);
     CHECK(std::abs(model - measured) <= 0.05 * std::max(measured, 1.0));
   }
+  INFO("activations saved for backward: model " << estimate.activations_saved
+                                                << " vs the model's tensors " << saved);
+  CHECK(saved > 0);
+  CHECK(saved <= device.usage(ted::MemoryCategory::activations).peak);
+  CHECK(std::abs(static_cast<double>(estimate.activations_saved) - static_cast<double>(saved)) <=
+        0.05 * static_cast<double>(saved));
   return estimate;
 }
 

@@ -188,12 +188,14 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
     for (std::size_t c = 0; c < kMemoryCategoryCount; ++c)
       result.peak[c] = device.usage(static_cast<MemoryCategory>(c)).peak;
     result.peak_total = device.total().peak;
-    std::uint64_t peaks[kMemoryCategoryCount + 1];
+    std::uint64_t peaks[kMemoryCategoryCount + 2];
     for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) peaks[c] = result.peak[c];
     peaks[kMemoryCategoryCount] = result.peak_total;
-    ranks->all_reduce(peaks, peaks, kMemoryCategoryCount + 1, DataType::i64, ReduceOp::max);
+    peaks[kMemoryCategoryCount + 1] = trainer.activations_saved_peak();
+    ranks->all_reduce(peaks, peaks, kMemoryCategoryCount + 2, DataType::i64, ReduceOp::max);
     for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) result.peak[c] = peaks[c];
     result.peak_total = peaks[kMemoryCategoryCount];
+    result.activations_saved = peaks[kMemoryCategoryCount + 1];
     ranks->all_reduce(&flops, &flops, 1, DataType::f64);  // summed over ranks
     for (const auto& spec : trainer.params().specs()) {
       std::uint64_t n = 1;

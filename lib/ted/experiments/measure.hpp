@@ -40,6 +40,10 @@ struct Result {
   std::uint64_t all_to_all_calls = 0;
   std::size_t peak[kMemoryCategoryCount] = {};  // max over ranks
   std::size_t peak_total = 0;
+  // Of the activations, what the model keeps for backward at its largest (max over ranks;
+  // GptModel::saved_peak_bytes, projection::MemoryEstimate::activations_saved): printed, not in
+  // the CSV, for the comparison with DeepSpeed's saved tensors (baselines/deepspeed).
+  std::size_t activations_saved = 0;
   std::string device;     // what ran it: "cpu", "cuda:0 NVIDIA H100 ..." (rank 0's)
   int threads = 0;        // rank 0's kernel thread pool (follows its CPU mask); 0: nothing ran
   std::string comm;       // what carried the device buffers: mpi, mpi-staged, nccl

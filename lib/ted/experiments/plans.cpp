@@ -30,6 +30,9 @@ Point make_point(const ExperimentConfig& config, const System& system, Layout la
   // all-reduces' outputs too (the paper's CAC), the others have nothing to extend.
   par.cac_all_reduce = system.cac && base.parallel.cac_all_reduce;
   par.reduce_scatter = system.reduce_scatter;
+  // The YAML's parallel.tile_elems is TED's tiled optimizer step: DeepSpeed-MoE's ZeRO-1 builds
+  // each parameter group's fp32 gradient partition whole (docs/deepspeed.md).
+  if (!system.tensor_parallel) par.tile_elems = 0;
   par.overlap = system.overlap == 1  ? 1
                 : system.overlap > 1 ? system.overlap
                                      : base.parallel.overlap;

@@ -55,6 +55,7 @@ Result project(const Point& point, const Cluster& cluster) {
       r.bytes_sent[i] += traffic[static_cast<std::size_t>(ops[i])][g].bytes_sent;
   r.all_to_all_calls = at(traffic, CollectiveOp::all_to_all, GroupKind::expert).calls;
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) r.peak[c] = memory.peak[c];
+  r.activations_saved = memory.activations_saved;
   r.peak_total = memory.total;
   // The whole model's parameters: one rank's parts when nothing is split.
   const ParameterParts whole = parameter_parts(m, Layout{1, 1, 1}, true);

@@ -201,6 +201,12 @@ void print_progress(int index, int count, const Point& point, const Result& r) {
   std::printf("a2a %s in %llu calls, peak %s", format_bytes(r.bytes_sent[3]).c_str(),
               static_cast<unsigned long long>(r.all_to_all_calls),
               format_bytes(r.peak_total).c_str());
+  // Of the activations' peak, what the model keeps for backward (DeepSpeed's count compares).
+  if (r.activations_saved > 0)
+    std::printf(", activations %llu B (saved for backward %llu B)",
+                static_cast<unsigned long long>(
+                    r.peak[static_cast<std::size_t>(MemoryCategory::activations)]),
+                static_cast<unsigned long long>(r.activations_saved));
   if (routing && r.routed && r.expert_load_mean > 0)
     std::printf(", expert load max/mean %.2f, dropped %.1f%%",
                 r.expert_load_max / r.expert_load_mean, 100 * r.dropped_fraction);

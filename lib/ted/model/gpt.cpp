@@ -295,6 +295,35 @@ void GptModel<T>::release_internals(BlockActs& a) {
   a = std::move(kept);
 }
 
+namespace {
+template <typename X>
+std::size_t bytes_of(const Tensor<X>& t) {
+  return t.size() * sizeof(X);
+}
+}  // namespace
+
+template <typename T>
+std::size_t GptModel<T>::saved_bytes() const {
+  std::size_t n = bytes_of(token_ids_) + bytes_of(target_ids_) + bytes_of(final_input_) +
+                  bytes_of(lnf_) + bytes_of(logits_) + bytes_of(lnf_mean_) + bytes_of(lnf_rstd_) +
+                  bytes_of(log_sum_);
+  for (const BlockActs& a : acts_) {
+    for (const Tensor<T>* t :
+         {&a.input, &a.ln1, &a.qkv, &a.probs, &a.att, &a.mid, &a.ln2, &a.fc1, &a.act})
+      n += bytes_of(*t);
+    for (const Tensor<M>* t : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd, &a.lse})
+      n += bytes_of(*t);
+    for (const MoeActivations<T>& m : a.moe) {  // not the CAC stashes: a category of their own
+      const auto& r = m.routing;
+      n += bytes_of(r.probs) + bytes_of(r.expert) + bytes_of(r.slot) + bytes_of(r.gate_value) +
+           bytes_of(r.weight) + bytes_of(r.first_count) + bytes_of(r.aux) + r.workspace.bytes();
+      n +=
+          bytes_of(m.expert_in) + bytes_of(m.hidden) + bytes_of(m.activated) + bytes_of(m.returned);
+    }
+  }
+  return n;
+}
+
 template <typename T>
 void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& a) {
   const BlockIds& ids = blocks_[layer];
@@ -437,6 +466,7 @@ Losses GptModel<T>::forward(const Batch& batch) {
         ops.cross_entropy_loss(logits_.data(), target_ids_.data(), log_sum_.data(), tokens_, V);
   }
   last_forward_flops_ += 2.0 * tokens_ * h * vocab_rows_;
+  note_saved();
   return losses;
 }
 
@@ -485,17 +515,28 @@ void GptModel<T>::backward(M loss_scale) {
     ops.linear_backward(lnf_.data(), params_.value(lm_head_), d_logits, d_lnf.data(),
                         params_.grad(lm_head_), nullptr, tokens_, h, V);
   }
-  Tensor<T> d_x = zeros<T>(device_, Nh), d_prev(device_, Nh);
+  // What the head kept is spent once its backward is done (as autograd frees the cross-entropy's
+  // and the head's saved tensors after their backward), the final LayerNorm's after its own.
+  logits_ = Tensor<T>();
+  log_sum_ = Tensor<M>();
+  lnf_ = Tensor<T>();
+  Tensor<T> d_x = zeros<T>(device_, Nh);
   ops.layernorm_backward(final_input_.data(), params_.value(lnf_g_), lnf_mean_.data(),
                          lnf_rstd_.data(), d_lnf.data(), d_x.data(), params_.grad(lnf_g_),
                          params_.grad(lnf_b_), tokens_, h);
   params_.close_stage();
+  d_lnf = Tensor<T>();
+  final_input_ = Tensor<T>();
+  lnf_mean_ = Tensor<M>();
+  lnf_rstd_ = Tensor<M>();
+  Tensor<T> d_prev(device_, Nh);
   for (int l = config_.layers - 1; l >= 0; --l) {
     if (config_.checkpoint) {  // recompute the block's internals from its input
       Tensor<T> scratch(device_, Nh);
       double flops = last_forward_flops_;
       block_forward(l, acts_[l].input.data(), scratch.data(), acts_[l], true);
       last_forward_flops_ = flops;
+      note_saved();
     }
     block_backward(l, d_x.data(), d_prev.data(), acts_[l]);
     acts_[l] = BlockActs{};
@@ -506,8 +547,6 @@ void GptModel<T>::backward(M loss_scale) {
                          params_.grad(pos_emb_), tokens_, S, h, first_word_, words_);
   params_.close_stage();
   acts_.clear();
-  logits_ = Tensor<T>();
-  log_sum_ = Tensor<M>();
   token_ids_ = Tensor<std::int32_t>();
   target_ids_ = Tensor<std::int32_t>();
 }

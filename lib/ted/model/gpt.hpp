@@ -16,6 +16,7 @@
 // the same code, so results are bit-identical.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -102,6 +103,14 @@ class GptModel {
   // "cudnn" (cuDNN's fused attention), "flash" (the suite's FlashAttention-2) or
   // "materialized". For CSV rows and benchmark lines.
   const std::string& attention() const { return attention_; }
+  // The most bytes the model has held at once, since it was built, of what it keeps for
+  // backward: the batch's ids, the block checkpoints, the block internals it keeps (every
+  // block's, or the one just recomputed), the final LayerNorm's input, output and statistics,
+  // the logits and their log-sum-exp; not the gradients of activations, the forward's
+  // temporaries or the CAC stash. What autograd's saved tensors are to PyTorch, so it compares
+  // with DeepSpeed's count of them (baselines/deepspeed/memory_count.py); its own tensors
+  // counted at the points where they are largest: the end of forward, each block's recompute.
+  std::size_t saved_peak_bytes() const { return saved_peak_; }
 
  private:
   struct BlockIds {
@@ -132,6 +141,8 @@ class GptModel {
   void block_forward(int layer, const T* x, T* out, BlockActs& acts, bool recompute);
   void block_backward(int layer, const T* d_out, T* d_in, BlockActs& acts);
   void release_internals(BlockActs& acts);
+  std::size_t saved_bytes() const;  // what the model keeps for backward now (saved_peak_bytes)
+  void note_saved() { saved_peak_ = std::max(saved_peak_, saved_bytes()); }
   MoeParams<T> moe_params(const BlockIds& ids) const;
   ExchangeSetup exchange_setup(bool recompute) const;
   void tensor_all_reduce(T* data, std::size_t count);
@@ -167,6 +178,7 @@ class GptModel {
   Tensor<M> lnf_mean_, lnf_rstd_, log_sum_;  // log_sum_: each row's log-sum-exp of the logits
   double last_forward_flops_ = 0;
   M loss_scale_ = 1;
+  std::size_t saved_peak_ = 0;
 };
 
 }  // namespace ted::model

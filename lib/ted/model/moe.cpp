@@ -53,7 +53,8 @@ void route_tokens(Ops<T>& ops, const T* x, const MoeShape& shape, const routing:
 // The forward's exchange buffers besides the activations, allocated in this order: what this
 // rank sends (when it is not the dispatch buffer itself), the dispatch all-to-all's output
 // (under CAC the stash), the experts' partial outputs, the sent slice of their reduction (when
-// it is not `partial` itself), CAC's reduction stash, the return all-to-all's output.
+// it is not `partial` itself), CAC's reduction stash, the return all-to-all's output. Packed
+// into `send`, the dispatch buffer is released at once; sent as it is, once the exchange is done.
 template <typename T>
 struct ForwardBuffers {
   Tensor<T> send, received, partial, back, returned_slices;
@@ -62,17 +63,20 @@ struct ForwardBuffers {
   T* came_back = nullptr;
 
   ForwardBuffers(Device& device, const ChunkPipeline<T>& pipe, const ExchangeSetup& setup,
-                 MoeActivations<T>& acts) {
+                 Tensor<T>& dispatched, MoeActivations<T>& acts) {
     const ExchangePlan& p = pipe.plan();
     const std::size_t blocks = p.blocks(), full = blocks * p.Cp * p.h;
     const std::size_t sent = blocks * p.sent_capacity() * p.h,
                       rows = blocks * p.expert_rows() * p.h;
-    to_send = acts.dispatched.data();
+    to_send = dispatched.data();
     if (p.slicing || p.chunks > 1) {
-      MemoryScope scope(device, MemoryCategory::communication);
-      send = Tensor<T>(device, sent);
-      pipe.pack(acts.dispatched.data(), send.data());
+      {
+        MemoryScope scope(device, MemoryCategory::communication);
+        send = Tensor<T>(device, sent);
+      }
+      pipe.pack(dispatched.data(), send.data());
       to_send = send.data();
+      dispatched = Tensor<T>();
     }
     arrived = pipe.all_to_all_output(sent, acts.dispatch_stash, received);
     acts.expert_in = Tensor<T>(device, rows);
@@ -218,9 +222,10 @@ routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape&
   const ExchangePlan& p = acts.plan;
 
   // Dispatch: each kept choice's token into its expert's capacity slot, [E, Cp, h], and the
-  // slots each source filled per expert shared in the expert group.
-  acts.dispatched = Tensor<T>(device, p.blocks() * p.Cp * h);
-  ops.dispatch(x, acts.routing, acts.dispatched.data(), h, p.Cp);
+  // slots each source filled per expert shared in the expert group. The backward does not read
+  // it (the dispatch's gradient needs only the routing): it lives until it has been sent.
+  Tensor<T> dispatched(device, p.blocks() * p.Cp * h);
+  ops.dispatch(x, acts.routing, dispatched.data(), h, p.Cp);
   if (!setup.reuse_stash)
     acts.block_kept = share_kept_counts(acts.routing.kept, acts.routing.experts, setup);
 
@@ -229,7 +234,7 @@ routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape&
   // the next chunk's dispatch and the earlier chunks' returns are in flight; the return
   // all-to-all takes the outputs back to [E, Cp, h].
   const ChunkPipeline<T> pipe(device, setup, p);
-  ForwardBuffers<T> b(device, pipe, setup, acts);
+  ForwardBuffers<T> b(device, pipe, setup, dispatched, acts);
   std::size_t stashed = 0;  // where the next chunk's tensor reduction goes in the stash
   pipe.run(
       !setup.reuse_stash, b.to_send, b.arrived, acts.expert_in.data(), b.came_back,
@@ -242,6 +247,7 @@ routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape&
         return reduce_expert_output(ops, pipe, setup, params.b2, out, b.back.data(), v,
                                     acts.reduction_stash, &stashed);
       });
+  dispatched = Tensor<T>();
 
   // Combine: y[s] = sum over its kept choices of weight x the expert's output.
   ops.combine(acts.returned.data(), acts.routing, y, h, p.Cp);

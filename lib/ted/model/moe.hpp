@@ -36,8 +36,7 @@ struct MoeGrads {  // in the master type
 template <typename T>
 struct MoeActivations {
   routing::Routing<master_t<T>> routing;
-  ExchangePlan plan;     // the layer's exchange at the routing's capacity
-  Tensor<T> dispatched;  // [E, Cp, h]
+  ExchangePlan plan;  // the layer's exchange at the routing's capacity
   // [Ep, E/Ep, R, h] what this rank's experts compute on (R = Cp, or Cp/T unsplit)
   Tensor<T> expert_in;
   Tensor<T> hidden;           // [Ep, E/Ep, R, f/T] before GeLU

@@ -104,6 +104,7 @@ Stages gradient_stages(const StepShape& s, const Sizes& z) {
 // The activations' peak, and their peak with the gradient stage open beside them.
 struct ActivationPeaks {
   std::uint64_t peak = 0, staged = 0;
+  std::uint64_t saved = 0;  // what the model keeps for backward, at its largest
 };
 
 ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stages& stages) {
@@ -138,14 +139,15 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
     std::uint64_t kept = w * (X + N * 3 * hl + N * hl + X + X) + attention + mw * 4 * N;
     a.take(kept);
     if (moe) {
-      a.take(mw * N * E);  // the gate's logits, freed when the layer returns
-      const std::uint64_t moe_kept =
-          routing + w * (full + rows + 2 * expert_hidden + full);  // + dispatched, in, hidden,
-      a.take(routing + w * (full + rows + 2 * expert_hidden));     // act ... returned
+      a.take(mw * N * E);          // the gate's logits, freed when the layer returns
+      a.take(routing + w * full);  // the routing; the dispatch buffer, until it has been sent:
+      const bool packed = z.x.slicing || z.x.chunks > 1;  // packed into the send buffer, at once
+      if (packed) a.give(w * full);
+      a.take(w * (rows + 2 * expert_hidden));  // the experts' input, hidden, activated
       a.take(w * rows);  // the experts' partial output, freed when the layer returns
       a.take(w * full);  // returned
-      a.give(w * rows + mw * N * E);
-      return kept + moe_kept;
+      a.give(w * rows + mw * N * E + (packed ? 0 : w * full));
+      return kept + routing + w * (rows + 2 * expert_hidden + full);
     }
     a.take(w * 2 * N * fl);
     return kept + w * 2 * N * fl;
@@ -161,19 +163,32 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
   a.take(w * X + mw * 2 * N);  // final LayerNorm
   a.take(w * N * V + mw * N);  // logits (backward turns them into their gradient in place),
                                // and each row's log-sum-exp
-  if (m.tie_embeddings) {      // the vocabulary-parallel cross-entropy's row statistics
+  // Kept for backward at the end of forward: the ids, the checkpoints (or every block's
+  // activations) with the final LayerNorm's input, its output and statistics, the logits and
+  // their log-sum-exp; then, checkpointed, block l's inputs up to l and its recomputed internals
+  // (in the backward's replay below).
+  std::uint64_t saved = iw * 2 * N + w * X * (m.layers + 2) + mw * 2 * N + w * N * V + mw * N;
+  if (!m.checkpoint)
+    for (std::uint64_t block : internals) saved += block;
+  if (m.tie_embeddings) {  // the vocabulary-parallel cross-entropy's row statistics
     a.take(mw * 3 * N);
     a.give(mw * 3 * N);
   }
   a.stage(head_stage);
-  a.take(w * 3 * X);  // d_lnf, d_x, d_prev
+  a.take(w * X);                       // d_lnf
+  a.give(w * N * V + mw * N + w * X);  // the head's backward done: logits, log-sum-exp, lnf
+  a.take(w * X);                       // d_x
   a.stage(0);
+  a.give(w * X + w * X + mw * 2 * N);  // the final LayerNorm's backward done: d_lnf, its input
+  a.take(w * X);                       // and statistics; d_prev
   for (int l = m.layers - 1; l >= 0; --l) {
     const bool moe = m.is_moe(l);
     if (m.checkpoint) {
       a.take(w * X);  // the recompute's output, dropped right after it
       internals[static_cast<std::size_t>(l)] = block_forward(moe);
       a.give(w * X);
+      saved =
+          std::max(saved, iw * 2 * N + w * X * (l + 1) + internals[static_cast<std::size_t>(l)]);
     }
     a.stage(block_stage[static_cast<std::size_t>(l)]);
     const std::uint64_t dropped = m.dropout > 0 ? w * X : 0;  // d_out through the FFN's mask
@@ -204,7 +219,7 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
   }
   a.stage(embedding_stage);
   a.stage(0);
-  return {a.peak, a.peak_staged};
+  return {a.peak, a.peak_staged, saved};
 }
 
 // CAC: every MoE layer's all-to-all outputs (and the all-reduce outputs) until its backward,
@@ -267,6 +282,7 @@ MemoryEstimate step_memory(const StepShape& s) {
                                : z.largest_mine));
   const ActivationPeaks a = activation_peaks(s, z, stages);
   set(MemoryCategory::activations, a.peak);
+  e.activations_saved = a.saved;
   set(MemoryCategory::cac_stash, z.w * cac_stash(s, z));
   // Communication buffers: the MoE exchange's and the optimizer's (its gradient shards in the
   // gradient type, then one part's updated weights).

@@ -26,6 +26,10 @@ struct MemoryEstimate {
   // temporary tile and its own communication buffers. Neither phase's memory outlives it.
   std::uint64_t total = 0;
   std::uint64_t upper_bound = 0;  // the categories' peaks added, as if every phase met at once
+  // Of the activations, what the model keeps for backward at its largest (the batch's ids, the
+  // checkpoints, a block's internals, the head's), without the gradients of activations and the
+  // temporaries: GptModel::saved_peak_bytes, what DeepSpeed's count of saved tensors compares to.
+  std::uint64_t activations_saved = 0;
   std::uint64_t of(MemoryCategory category) const {
     return peak[static_cast<std::size_t>(category)];
   }

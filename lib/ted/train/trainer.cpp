@@ -55,6 +55,7 @@ struct Trainer::Core {
   virtual double fingerprint() = 0;
   virtual const model::ParamLayout& params() const = 0;
   virtual const std::string& attention() const = 0;
+  virtual std::size_t activations_saved_peak() const = 0;
   std::unique_ptr<TokenSource> source;
   std::function<void(int, void*, DataType)> before_update;
   std::function<void(const std::vector<GradientShard>&)> probe;
@@ -163,6 +164,7 @@ class TypedCore final : public Trainer::Core {
 
   const model::ParamLayout& params() const override { return model_.params().layout(); }
   const std::string& attention() const override { return model_.attention(); }
+  std::size_t activations_saved_peak() const override { return model_.saved_peak_bytes(); }
 
  private:
   TrainConfig config_;
@@ -210,6 +212,9 @@ const model::ParamLayout& Trainer::params() const {
 }
 const std::string& Trainer::attention() const {
   return core_->attention();
+}
+std::size_t Trainer::activations_saved_peak() const {
+  return core_->activations_saved_peak();
 }
 const TokenSource& Trainer::source() const {
   return *core_->source;

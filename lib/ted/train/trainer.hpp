@@ -60,6 +60,9 @@ class Trainer {
   const TokenSource& source() const;
   // The attention the model runs: cudnn, flash or materialized (GptModel::attention).
   const std::string& attention() const;
+  // Of the activations, the most bytes the model has kept for backward at once on this rank
+  // (GptModel::saved_peak_bytes): what DeepSpeed's count of autograd's saved tensors compares to.
+  std::size_t activations_saved_peak() const;
 
   // Test hooks. The probe sees host copies of the reduced gradient shards before each update;
   // before_update(step, grads) runs after backward, with the rank's flat gradient buffer (on
