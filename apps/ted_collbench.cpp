@@ -64,6 +64,10 @@ void add_options(CLI::App& app, Options& o) {
                  "cuda stages GPU memory through host buffers)");
   app.add_flag("--compare-mpi", options.compare_mpi,
                "also time plain MPI calls in the same run (mpi backend)");
+  app.add_flag("--back-to-back", options.back_to_back,
+               "time the calls one after another with no barrier between them, as nccl-tests "
+               "does (each call: the interval since the previous call's completion); default: a "
+               "barrier before every call");
   app.add_option(
       "--csv", o.csv_path,
       "CSV path (default results/local/collbench/<op>_<group>_<comm>_G<ranks>.csv, comm = mpi, "

@@ -29,6 +29,7 @@ bad_input "negative iterations" ted_collbench run 2 -n -1
 bad_input "broadcast root outside the group" ted_collbench run 4 --op broadcast --group tensor --tp 2 --root 2
 bad_input "plain-MPI comparison on NCCL" ted_collbench run 2 --comm nccl --compare-mpi
 bad_input "unknown communicator" ted_collbench run 2 --comm gloo
+bad_input "back to back with the plain-MPI comparison" ted_collbench run 2 --back-to-back --compare-mpi
 # The old spelling of --comm: refused, pointing to the new one.
 bad_input "the old spelling --backend" ted_collbench run 2 --backend mpi
 grep -q -- "renamed; use --comm mpi|nccl" "$scratch/err" ||
@@ -52,6 +53,24 @@ if "$mpirun" -n 4 --oversubscribe "$bench" --op all_to_all -b 1K -e 64K -f 4 -n 
   echo "ok: good run wrote $rows rows"
 else
   fail "good run exited $?: $(cat "$scratch/err")"
+fi
+
+# Back to back (no barrier between the calls): the same rows, checked, each with a time.
+b2b="$scratch/b2b.csv"
+if "$mpirun" -n 4 --oversubscribe "$bench" --op all_to_all -b 1K -e 64K -f 4 -n 3 -w 1 \
+  --back-to-back --csv "$b2b" >"$scratch/out" 2>"$scratch/err"; then
+  grep -q "(back to back)" "$scratch/out" || fail "back to back: the header does not say so"
+  rows=$(($(wc -l <"$b2b") - 1))
+  [ "$rows" = 4 ] || fail "back to back: $rows rows, expected 4 (1K 4K 16K 64K)"
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    $col["wrong"] != 0 || !($col["time_us_median"] > 0) || !($col["time_us_p10"] > 0) {
+      print "FAIL: back to back at " $col["bytes"] ": wrong " $col["wrong"] ", time " \
+        $col["time_us_median"]; bad = 1 }
+    index($col["command"], "--back-to-back") == 0 { print "FAIL: command without the mode"; bad = 1 }
+    END { exit bad }' "$b2b" || failures=$((failures + 1))
+  echo "ok: back-to-back run wrote $rows rows"
+else
+  fail "back-to-back run exited $?: $(cat "$scratch/err")"
 fi
 
 finish

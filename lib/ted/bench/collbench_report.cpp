@@ -53,10 +53,10 @@ void print_header(const CollbenchPlan& plan, const Communicator& group, const st
               std::string(to_string(o.group)).c_str(), group.size(), world_size,
               plan.layout.to_string().c_str());
   std::printf(
-      "# backend %s (%s), dtype %s, warm-up %d, timed %d; time = slowest rank, median (p10 "
-      "p90) in us; bandwidth GB/s\n",
+      "# backend %s (%s), dtype %s, warm-up %d, timed %d (%s); time = slowest rank, median "
+      "(p10 p90) in us; bandwidth GB/s\n",
       carrier.c_str(), device.c_str(), std::string(to_string(o.dtype)).c_str(), o.warmup_iters,
-      o.iters);
+      o.iters, o.back_to_back ? "back to back" : "a barrier before each");
   std::printf("#%11s %12s %10s %10s %10s %8s %8s %8s", "size", "count", "time", "p10", "p90",
               "algbw", "busbw", "#wrong");
   if (o.compare_mpi) std::printf(" %10s %8s %6s", "mpi_time", "mpi_bus", "ratio");

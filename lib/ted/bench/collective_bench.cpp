@@ -33,6 +33,10 @@ void validate(const CollectiveBenchOptions& options, int group_size) {
   size_sweep(options.min_bytes, options.max_bytes, options.step_factor);
   if (options.warmup_iters < 0) throw ConfigError("-w/--warmup_iters must be 0 or more");
   if (options.iters < 0) throw ConfigError("-n/--iters must be 0 or more");
+  if (options.back_to_back && options.compare_mpi)
+    throw ConfigError(
+        "--back-to-back with --compare-mpi: the two paths take turns call by call, so neither "
+        "runs back to back; choose one");
   const CollectivePlugin& plugin = collective_plugin(options.op);
   if (!plugin.moves_data)
     throw ConfigError("--op " + std::string(to_string(options.op)) +
@@ -121,7 +125,19 @@ std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOption
       run_case_raw_mpi(c, raw_comm, raw_send.data(), raw_recv.data());
       return now_seconds() - start;
     };
-    for (int iteration = 0; iteration < total; ++iteration) {
+    if (options.back_to_back) {
+      // One barrier, then every call right after the previous one's completion on this rank.
+      control.barrier();
+      double previous = now_seconds();
+      for (int iteration = 0; iteration < total; ++iteration) {
+        run_case(c, group, send.data(), recv.data());
+        group.synchronize();
+        const double done = now_seconds();
+        if (iteration >= options.warmup_iters) ours.push_back(done - previous);
+        previous = done;
+      }
+    }
+    for (int iteration = 0; iteration < total && !options.back_to_back; ++iteration) {
       // With a reference, the two paths take turns going first, so neither gains from order.
       double ours_seconds = 0, reference_seconds = 0;
       if (options.compare_mpi && iteration % 2 == 1) {

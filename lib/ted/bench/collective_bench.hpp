@@ -3,8 +3,14 @@
 // collective is timed through plain MPI in the same run, interleaved iteration by iteration,
 // so the communicator's own overhead can be read off as a ratio on a noisy machine.
 //
-// Timing: before every iteration all ranks meet at a world barrier; an iteration's time is the
-// slowest rank's, from the barrier to its collective's completion; rows report the median and
+// Timing, two ways. By default (per call) all ranks meet at a world barrier before every
+// iteration, and an iteration's time is the slowest rank's, from the barrier to its collective's
+// completion: one call from idle links. Back to back (--back-to-back) the ranks meet once per
+// size, then run the warm-up and timed calls one after another with nothing between them, as
+// nccl-tests times its loop: an iteration's time is the slowest rank's interval from its previous
+// call's completion to this one's, so a link stays busy from call to call and a shaper or NIC
+// that could bank the idle time of a barrier has none to bank (nccl-tests divides the loop's time
+// by its calls; the intervals add up to that and give p10/p90 too). Rows report the median and
 // p10/p90 over the timed iterations. Every group of the chosen kind runs at the same time.
 #pragma once
 
@@ -30,7 +36,8 @@ struct CollectiveBenchOptions {
   int warmup_iters = 5;
   int iters = 20;
   int root = 0;
-  bool compare_mpi = false;  // also time plain MPI calls (mpi backend only)
+  bool compare_mpi = false;   // also time plain MPI calls (mpi backend only)
+  bool back_to_back = false;  // no barrier between calls (see Timing above)
 };
 
 struct CollectiveBenchRow {
