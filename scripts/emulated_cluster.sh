@@ -43,11 +43,33 @@ queue=$(key queue 100ms)
 # progress, which four ranks on two cores do not give it promptly, and held an all-to-all of four
 # ranks to 60-70% of the link from 256 KiB per rank. InfiniBand neither drops nor queues its flow
 # control behind data.
+# paced is rate with the data's htb class replaced by tc tbf with a peak rate: tbf's second bucket
+# holds one packet and refills at the peak rate, 1% above the rate, so however long the link was
+# idle (the ranks waiting in a barrier) its packets leave no faster than the peak rate, where
+# rate's htb class sends what its bucket banked meanwhile at once (a real link loses its idle
+# time). Over more than the burst the rate bucket holds it to the rate.
 shaping=$(key shaping bucket)
-[[ "$shaping" == bucket || "$shaping" == rate ]] || die "$topology: shaping must be bucket or rate"
+[[ "$shaping" == bucket || "$shaping" == rate || "$shaping" == paced ]] ||
+  die "$topology: shaping must be bucket, rate or paced"
 mpi_rate=()
-[ "$shaping" = rate ] && mpi_rate=(--mca btl_tcp_eager_limit 33554432 --mca btl_tcp_rndv_eager_limit
+[ "$shaping" != bucket ] && mpi_rate=(--mca btl_tcp_eager_limit 33554432 --mca btl_tcp_rndv_eager_limit
   33554432 --mca btl_tcp_max_send_size 33554432)
+if [ "$shaping" = paced ]; then
+  # tbf needs a peak rate above the rate; in bit/s, so tc reads it whatever the rate's unit.
+  peak=$(awk -v r="$rate" 'BEGIN {
+    n = r + 0; u = tolower(substr(r, length(n "") + 1))
+    if (u == "bit") m = 1; else if (u == "kbit") m = 1e3; else if (u == "mbit") m = 1e6
+    else if (u == "gbit") m = 1e9; else exit 1
+    if (n <= 0) exit 1
+    printf "%.0f", n * m * 1.01 }') ||
+    die "$topology: bandwidth must be a number with unit bit, kbit, mbit or gbit for shaping: paced"
+  # What the peak bucket holds beyond one frame, as time at the peak rate: the packet's timer
+  # fires late on a busy machine, and without slack every late packet's delay is lost from the
+  # rate; with it the next packet makes it up. It is also the most idle time the link banks.
+  slack=$(key peak_slack 0us)
+  [[ "$slack" =~ ^([0-9]+)us$ ]] || die "$topology: peak_slack must be whole microseconds (e.g. 10us)"
+  slack=${BASH_REMATCH[1]}
+fi
 [[ "$nodes" =~ ^[1-9][0-9]*$ && "$per_node" =~ ^[1-9][0-9]*$ ]] ||
   die "$topology: nodes and ranks_per_node must be positive integers"
 
@@ -86,16 +108,30 @@ for ((i = 0; i < nodes; i++)); do
   if [ "$delay" != 0 ]; then
     ip netns exec "$ns" tc qdisc add dev "${prefix}p$i" root netem delay "$delay" rate "$rate" ||
       die "latency needs the netem qdisc (sch_netem), which this kernel lacks; set latency: 0"
-  elif [ "$shaping" = rate ]; then
+  elif [ "$shaping" = rate ] || [ "$shaping" = paced ]; then
     dev=${prefix}p$i
     ip netns exec "$ns" ip link set "$dev" gso_max_size 1500
     ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_wmem="4096 1048576 33554432" \
       net.ipv4.tcp_rmem="4096 1048576 33554432"
     ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: htb default 10 2>/dev/null
-    ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:10 htb rate "$rate" \
-      ceil "$rate" burst "$burst" cburst "$burst" 2>/dev/null
-    ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:20 htb rate 100gbit 2>/dev/null
-    ip netns exec "$ns" tc qdisc add dev "$dev" parent 1:10 handle 10: pfifo limit 100000
+    if [ "$shaping" = rate ]; then
+      ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:10 htb rate "$rate" \
+        ceil "$rate" burst "$burst" cburst "$burst" 2>/dev/null
+      ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:20 htb rate 100gbit 2>/dev/null
+      ip netns exec "$ns" tc qdisc add dev "$dev" parent 1:10 handle 10: pfifo limit 100000
+    else
+      # The data's class only sorts (100gbit); tbf under it shapes. Its peak bucket (mtu) holds
+      # one frame (the MTU and the Ethernet header) plus what the peak rate sends in the slack
+      # and two microseconds (tc rounds the bucket's time down to one): a frame larger than the
+      # bucket would be dropped.
+      frame=$(($(ip netns exec "$ns" cat "/sys/class/net/$dev/mtu") + 14 +
+        ((slack + 2) * peak + 7999999) / 8000000))
+      ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:10 htb rate 100gbit 2>/dev/null
+      ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:20 htb rate 100gbit 2>/dev/null
+      ip netns exec "$ns" tc qdisc add dev "$dev" parent 1:10 handle 10: tbf rate "$rate" \
+        burst "$burst" peakrate "${peak}bit" mtu "$frame" limit 200mb
+      ip netns exec "$ns" tc qdisc add dev "$dev" parent 10:1 handle 11: pfifo limit 100000
+    fi
     ip netns exec "$ns" tc filter add dev "$dev" parent 1: protocol ip prio 1 u32 \
       match u16 0x0000 0xff80 at 2 flowid 1:20  # IPv4 total length under 128 bytes
   else

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The emulated cluster end to end: the collective benchmark (all-to-all across 2 nodes x 2 ranks,
-# and all-gather in the tensor group inside a node) with its data checked, then nothing left
-# behind: no namespaces, links or processes of the run. Skipped (exit 77) without root or ip/tc.
+# The emulated cluster end to end: the collective benchmark (all-to-all across 2 nodes x 2 ranks
+# on the bucket-shaped and the paced links, all-gather in the tensor group inside a node) with its
+# data checked, then nothing left behind: no namespaces, links or processes of the run.
+# Skipped (exit 77) without root or ip/tc.
 #   emulated_cluster_test.sh <repository root> <ted_collbench>
 set -u
 root=$1
@@ -16,13 +17,18 @@ if ! ip netns add ted-probe-$$ 2>/dev/null; then
 fi
 ip netns del ted-probe-$$
 failures=0
-for args in "--op all_to_all --group world" "--op all_gather --group tensor --tp 2"; do
-  if out=$("$root/scripts/emulated_cluster.sh" "$root/experiments/emulated/2x2.yaml" "$bench" \
+# The first topology's tbf bucket, and the paced link (an htb class sorting onto tbf with a peak
+# rate, its queue a pfifo under tbf): each must carry the all-to-all's data intact.
+for run in "2x2:--op all_to_all --group world" "2x2:--op all_gather --group tensor --tp 2" \
+  "2x2-paced:--op all_to_all --group world"; do
+  topology=${run%%:*}
+  args=${run#*:}
+  if out=$("$root/scripts/emulated_cluster.sh" "$root/experiments/emulated/$topology.yaml" "$bench" \
     $args -b 1K -e 1M -f 8 -n 0 -w 0 --csv "$(mktemp -u)" 2>&1); then
-    echo "$out" | grep -q "# Passed: 0 wrong elements" || { echo "FAIL: $args: $out"; failures=1; }
-    echo "ok: $args"
+    echo "$out" | grep -q "# Passed: 0 wrong elements" || { echo "FAIL: $run: $out"; failures=1; }
+    echo "ok: $run"
   else
-    echo "FAIL: $args exited non-zero: $out"
+    echo "FAIL: $run exited non-zero: $out"
     failures=1
   fi
 done
