@@ -131,6 +131,21 @@ ted_prepare() {
 # The experiments' table (experiments/registry.txt): with no argument, the names in its order;
 # `ted_experiments <column> <name>` one field of a name's row (plot, check, rows, deepspeed);
 # `ted_experiments deepspeed=yes` the names whose column says so.
+ted_revision_train() {  # <git revision>: builds that revision's ted_train in a worktree of its own
+  # (under <build>/revisions/, git-ignored) unless built already; prints the worktree's path.
+  local sha other
+  sha=$(git -C "$TED_ROOT" rev-parse --short "$1") || return
+  other=$TED_BUILD/revisions/$sha
+  if [ ! -x "$other/build/apps/ted_train" ]; then
+    echo "== building ted_train of $sha in $other" >&2
+    [ -d "$other" ] || git -C "$TED_ROOT" worktree add -q --detach "$other" "$sha" || return
+    cmake -S "$other" -B "$other/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DTED_BUILD_TESTS=OFF >/dev/null || return
+    cmake --build "$other/build" --target ted_train -j "$(nproc)" >/dev/null || return
+  fi
+  echo "$other"
+}
+
 ted_experiments() {
   awk -v want="${1:-}" -v name="${2:-}" '
     BEGIN { split("name plot check rows deepspeed", columns, " "); for (i in columns) at[columns[i]] = i }

@@ -28,14 +28,7 @@ MAX_RATIO=${MAX_RATIO:-1.0}
 
 ted_prepare >/dev/null
 sha=$(git rev-parse --short "$revision")
-other=$TED_BUILD/revisions/$sha
-if [ ! -x "$other/build/apps/ted_train" ]; then
-  echo "== building ted_train of $sha in $other"
-  [ -d "$other" ] || git worktree add -q --detach "$other" "$sha"
-  cmake -S "$other" -B "$other/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTED_BUILD_TESTS=OFF \
-    >/dev/null
-  cmake --build "$other/build" --target ted_train -j "$(nproc)" >/dev/null
-fi
+other=$(ted_revision_train "$revision")
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -4,14 +4,14 @@
 // per rank.
 //
 // The measured curves are a committed CSV (results/collbench/all_to_all_emulated_2x2-rate.csv)
-// that scripts/calibration/calibrate_emulated.sh measures on a quiet machine together with the cluster file
-// it fits (experiments/clusters/cpu-emulated_2x2-rate.yaml), not a live measurement: timing an
-// emulated cluster needs root and minutes of an otherwise idle machine, and four ranks sharing
-// two busy cores measure noise, so a live check could pass or fail by chance. The fit
-// (scripts/calibration/fit_links.py --all-to-all) takes each constant from the sizes where it alone sets the
-// time, the messages' costs from the world at 1-4 KiB and the bandwidths from two pairs at 1 MiB
-// and more; the world's sizes in between, where its messages' costs and its bytes meet, and its
-// large sizes, where its node's link carries both ranks' messages to two peers each, test the
+// that scripts/calibration/calibrate_emulated.sh measures on a quiet machine together with the
+// cluster file it fits (experiments/clusters/cpu-emulated_2x2-rate.yaml), not a live measurement:
+// timing an emulated cluster needs root and minutes of an otherwise idle machine, and four ranks
+// sharing two busy cores measure noise, so a live check could pass or fail by chance. The fit
+// (scripts/calibration/fit_links.py --all-to-all) takes each constant from the sizes where it alone
+// sets the time, the messages' costs from the world at 1-4 KiB and the bandwidths from two pairs at
+// 1 MiB and more; the world's sizes in between, where its messages' costs and its bytes meet, and
+// its large sizes, where its node's link carries both ranks' messages to two peers each, test the
 // model's form.
 #include <cmath>
 #include <cstdio>

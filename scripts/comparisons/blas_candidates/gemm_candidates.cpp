@@ -1,5 +1,5 @@
-// The GEMM candidates of scripts/comparisons/blas_candidates.sh: times each shape of a list (op(A) op(B),
-// m n k: the block's own GEMMs) with one CBLAS library or oneDNN's dnnl_sgemm, the rows (or
+// The GEMM candidates of scripts/comparisons/blas_candidates.sh: times each shape of a list (op(A)
+// op(B), m n k: the block's own GEMMs) with one CBLAS library or oneDNN's dnnl_sgemm, the rows (or
 // columns) of C split over `threads` OpenMP threads, each one one-thread call, as the suite's pool
 // splits a GEMM; checks 16 elements of each result against a double-precision dot product and
 // prints the median and 10th percentile of the timed calls (after one warm-up), in ms and GFLOP/s.
@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < min_s) {
       auto s0 = std::chrono::steady_clock::now();
       for (int r = 0; r < reps_per; ++r) run();
-      times.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count() / reps_per);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count() /
+                      reps_per);
     }
     std::sort(times.begin(), times.end());
     double med = times[times.size() / 2], p10 = times[times.size() / 10];
