@@ -89,6 +89,32 @@ TEST_CASE("coordinates and groups for every layout of G = 1..16") {
   }
 }
 
+TEST_CASE("whole experts' replicas: the T x D ranks of one expert rank, for every layout") {
+  for (int G = 1; G <= 16; ++G)
+    for (const auto& layout : ted::all_layouts(G)) {
+      INFO(layout.to_string());
+      ted::ProcessGrid grid(G, layout);
+      std::vector<int> seen(static_cast<std::size_t>(G), 0);
+      for (int rank = 0; rank < G; ++rank) {
+        const auto members = grid.expert_replica_members(rank);
+        CHECK(static_cast<int>(members.size()) == layout.tensor * layout.data);
+        CHECK(std::is_sorted(members.begin(), members.end()));
+        CHECK(std::find(members.begin(), members.end(), rank) != members.end());
+        for (int m : members) {
+          CHECK(grid.coords(m).expert == grid.coords(rank).expert);
+          CHECK(grid.expert_replica_color(m) == grid.expert_replica_color(rank));
+        }
+        // They hold its tensor group and its expert-data group.
+        for (auto kind : {ted::GroupKind::tensor, ted::GroupKind::expert_data})
+          for (int m : grid.group_members(rank, kind))
+            CHECK(std::find(members.begin(), members.end(), m) != members.end());
+        if (members.front() == rank) ++seen[static_cast<std::size_t>(rank)];
+      }
+      // Ep disjoint groups: one first member per expert rank.
+      CHECK(std::count(seen.begin(), seen.end(), 1) == layout.expert);
+    }
+}
+
 TEST_CASE("the worked example of docs/algorithm.md section 3: G=16, T=2, Ep=4") {
   ted::ProcessGrid grid(16, ted::resolve_layout(16, 2, 4, 0));
   CHECK(grid.layout().data == 2);

@@ -39,3 +39,30 @@ TEST_CASE("TED group communicators match the process grid for every layout") {
     }
   }
 }
+
+TEST_CASE("the experts' replicas (whole experts) are the T x D ranks of the same expert rank") {
+  auto& world = ted::test::world();
+  auto& device = ted::test::device();
+  for (const auto& layout : ted::all_layouts(world.size())) {
+    INFO(layout.to_string());
+    ted::ProcessGrid grid(world.size(), layout);
+    ted::TedGroups groups(ted::test::control(), world, grid);
+    ted::Ledger ledger;
+    groups.set_ledger(&ledger);
+    auto& comm = groups.expert_replicas();
+    const auto expected = grid.expert_replica_members(world.rank());
+    CHECK(comm.size() == layout.tensor * layout.data);
+    CHECK(comm.group() == ted::GroupKind::expert_data);  // the ledger's expert-data group
+    const auto n = static_cast<std::size_t>(comm.size());
+    std::int32_t me = world.rank();
+    std::vector<std::int32_t> members(n);
+    ted::DeviceBuffer send(device, 4), recv(device, 4 * n);
+    device.copy_from_host(send.data(), &me, 4);
+    comm.all_gather(send.data(), recv.data(), 1, ted::DataType::i32);
+    device.copy_to_host(members.data(), recv.data(), 4 * n);
+    CHECK(std::vector<int>(members.begin(), members.end()) == expected);
+    // Its collectives are recorded where the groups' are, under the expert-data group.
+    CHECK(ledger.total(ted::CollectiveOp::all_gather, ted::GroupKind::expert_data).calls == 1);
+    groups.set_ledger(nullptr);
+  }
+}

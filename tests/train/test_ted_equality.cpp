@@ -718,17 +718,13 @@ ted::Ledger ledger_of_step(ted::TedGroups& groups, const ted::train::TrainConfig
                            double* flops = nullptr) {
   ted::Ledger ledger;
   ledger.set_keep_entries(true);
-  for (auto kind : {ted::GroupKind::tensor, ted::GroupKind::expert, ted::GroupKind::expert_data,
-                    ted::GroupKind::nonexpert_data})
-    groups.group(kind).set_ledger(&ledger);
+  groups.set_ledger(&ledger);
   // As the programs do: one process trains without groups.
   ted::train::Trainer trainer(config, ted::test::device(),
                               groups.world().size() > 1 ? &groups : nullptr);
   const auto record = trainer.step(0);
   if (flops) *flops = record.flops;
-  for (auto kind : {ted::GroupKind::tensor, ted::GroupKind::expert, ted::GroupKind::expert_data,
-                    ted::GroupKind::nonexpert_data})
-    groups.group(kind).set_ledger(nullptr);
+  groups.set_ledger(nullptr);
   return ledger;
 }
 

@@ -67,7 +67,8 @@ std::string memory_terms(const std::vector<Point>& points, const projection::Clu
       "  the non-expert and expert parameters a rank holds (split over T, experts over Ep);\n"
       "  persistent: weights w N, gradients g N (16-bit gradients: plus one block's fp32 stage\n"
       "  during backward), optimizer state (m, v, and the fp32 master in mixed precision) over\n"
-      "  each part's data group (Ep D for N_d, D for N_e) with ZeRO-1; then the larger phase:\n"
+      "  each part's data group (Ep D for N_d, D for N_e: T D when the experts are whole on\n"
+      "  every tensor rank) with ZeRO-1; then the larger phase:\n"
       "  training (activations with checkpointing, the CAC stash, the exchange's buffers) or the\n"
       "  optimizer step (its fp32 tile and shard buffers). paper: (w + g + s/(Ep D)) N_d +\n"
       "  (w + g + s/D) N_e, the paper's count (s = 12 in mixed precision), for comparison.\n";
@@ -81,7 +82,10 @@ std::string memory_terms(const std::vector<Point>& points, const projection::Clu
     const double g = static_cast<double>(shape.grad_bytes());
     const double state = (shape.element_bytes() < 4 ? 3.0 : 2.0) * shape.master_bytes();
     const double dense_group = shape.parallel.zero1 ? shape.layout.expert * shape.layout.data : 1;
-    const double expert_group = shape.parallel.zero1 ? shape.layout.data : 1;
+    const double expert_group =
+        shape.parallel.zero1
+            ? projection::expert_data_ranks(shape.layout, projection::exchange_of(shape).split)
+            : 1;
     const double paper = (w + g + state / dense_group) * static_cast<double>(parts.dense) +
                          (w + g + state / expert_group) * static_cast<double>(parts.expert);
     const std::uint64_t gradients = static_cast<std::uint64_t>(g) * (parts.dense + parts.expert);

@@ -139,6 +139,14 @@ std::vector<int> ProcessGrid::group_members(int rank, GroupKind kind) const {
   return members;
 }
 
+std::vector<int> ProcessGrid::expert_replica_members(int rank) const {
+  const GridCoords c = coords(rank);
+  std::vector<int> members;
+  for (int d = 0; d < layout_.data; ++d)
+    for (int t = 0; t < layout_.tensor; ++t) members.push_back(rank_of({t, c.expert, d}));
+  return members;
+}
+
 std::vector<Layout> all_layouts(int world_size) {
   std::vector<Layout> layouts;
   for (int data = 1; data <= world_size; ++data)

@@ -4,6 +4,8 @@
 //   expert          (size Ep)      same (t, d)  - the MoE all-to-alls
 //   expert_data     (size D)       same (t, e)  - expert gradients are reduced here
 //   nonexpert_data  (size Ep * D)  same t       - non-expert gradients are reduced here
+// and, for experts whole on every tensor rank, their replicas (size T * D, same e), over which
+// those experts' gradients are reduced in place of the expert-data group.
 // Pure arithmetic, no MPI: tests check every factorisation of every G.
 #pragma once
 
@@ -50,6 +52,13 @@ class ProcessGrid {
   int group_color(int rank, GroupKind kind) const;
   // `rank`'s index inside its group of that kind.
   int group_index(int rank, GroupKind kind) const;
+
+  // Experts whole on every tensor rank (parallel.split_experts false, T > 1): the ranks that
+  // hold the same experts are those of the same e, T x D of them (DeepSpeed's expert
+  // data-parallel group for such experts). Their expert part is reduced and sharded over these
+  // ranks, which the ledger records as the expert-data group. Members in increasing world rank.
+  std::vector<int> expert_replica_members(int rank) const;
+  int expert_replica_color(int rank) const { return coords(rank).expert; }
 
  private:
   void check_rank(int rank) const;

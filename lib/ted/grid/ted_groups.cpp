@@ -33,6 +33,23 @@ Communicator& TedGroups::group(GroupKind kind) {
   return *communicator;
 }
 
+Communicator& TedGroups::expert_replicas() {
+  if (grid_.layout().tensor == 1) return expert_data();
+  if (!expert_replicas_) {
+    const int rank = device_world_.rank();
+    expert_replicas_ =
+        device_world_.split(grid_.expert_replica_color(rank), rank, GroupKind::expert_data);
+    expert_replicas_->set_ledger(expert_data().ledger());
+  }
+  return *expert_replicas_;
+}
+
+void TedGroups::set_ledger(Ledger* ledger) {
+  for (auto& communicator : groups_)
+    if (communicator) communicator->set_ledger(ledger);
+  if (expert_replicas_) expert_replicas_->set_ledger(ledger);
+}
+
 Communicator& TedGroups::control(GroupKind kind) {
   if (kind == GroupKind::world) return control_world_;
   auto& communicator = control_[static_cast<std::size_t>(kind)];

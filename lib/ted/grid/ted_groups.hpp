@@ -32,12 +32,22 @@ class TedGroups {
   Communicator& nonexpert_data() { return group(GroupKind::nonexpert_data); }
   Communicator& group(GroupKind kind);
   Communicator& control(GroupKind kind = GroupKind::world);
+  // Experts whole on every tensor rank (parallel.split_experts false): the T x D ranks that hold
+  // the same experts (ProcessGrid::expert_replica_members), over which their gradients are
+  // reduced and their optimizer state sharded; the ledger records it as the expert-data group.
+  // At T = 1 the expert-data group itself. Split on first use, a collective over the world: every
+  // rank asks for it at the same point (the trainer, building its optimizer).
+  Communicator& expert_replicas();
+  // Records every device group's collectives (the four TED groups' and the experts' replicas',
+  // now or when first made) in `ledger`; null: none.
+  void set_ledger(Ledger* ledger);
 
  private:
   Communicator& control_world_;
   Communicator& device_world_;
   ProcessGrid grid_;
   std::array<std::unique_ptr<Communicator>, kGroupKindCount> groups_, control_;
+  std::unique_ptr<Communicator> expert_replicas_;
 };
 
 }  // namespace ted

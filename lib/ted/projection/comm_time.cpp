@@ -48,11 +48,19 @@ struct Placement {
   std::set<std::pair<int, int>> peers;  // (peers on the member's node, peers off it), per member
 };
 
-Placement place(const Layout& layout, GroupKind kind, const Cluster& c) {
+Placement place(const Layout& layout, GroupKind kind, const Cluster& c, bool whole_experts) {
   const int G = layout.world_size();
   ProcessGrid grid(G, layout);
+  // Whole experts: the expert-data groups are the experts' T x D replicas.
+  const bool replicas = whole_experts && kind == GroupKind::expert_data;
+  auto color_of = [&](int rank) {
+    return replicas ? grid.expert_replica_color(rank) : grid.group_color(rank, kind);
+  };
+  auto members_of = [&](int rank) {
+    return replicas ? grid.expert_replica_members(rank) : grid.group_members(rank, kind);
+  };
   Placement p;
-  p.group_size = grid.group_size(kind);
+  p.group_size = replicas ? layout.tensor * layout.data : grid.group_size(kind);
   const int per_node = c.devices_per_node;
   auto node_of = [&](int rank) { return rank / per_node; };
   auto socket_of = [&](int rank) {
@@ -61,8 +69,8 @@ Placement place(const Layout& layout, GroupKind kind, const Cluster& c) {
   std::map<int, double> rings_on_nic, rings_on_socket_link, offnode, offsocket;
   std::set<int> seen;
   for (int rank = 0; rank < G; ++rank) {
-    if (!seen.insert(grid.group_color(rank, kind)).second) continue;
-    const auto members = grid.group_members(rank, kind);
+    if (!seen.insert(color_of(rank)).second) continue;
+    const auto members = members_of(rank);
     const double n = static_cast<double>(members.size());
     std::map<int, int> on_node;                    // node -> members
     std::map<std::pair<int, int>, int> on_socket;  // (node, socket) -> members
@@ -114,9 +122,9 @@ RingSteps ring_steps(CollectiveOp op, int n, int nodes) {
 }  // namespace
 
 double collective_time(CollectiveOp op, GroupKind group, const Traffic& x, const Layout& layout,
-                       const Cluster& c) {
+                       const Cluster& c, bool whole_experts) {
   if (op == CollectiveOp::barrier) return 0;  // the schedule issues none on the TED groups
-  const Placement p = place(layout, group, c);
+  const Placement p = place(layout, group, c, whole_experts);
   const int n = p.group_size;
   if (n <= 1 || x.calls == 0) return 0;  // a group of one moves nothing
   const double calls = static_cast<double>(x.calls);

@@ -178,7 +178,7 @@ double optimizer_bytes(const StepShape& s) {
   const bool split = model::experts_split(p.exchange(), s.layout.tensor);
   const ParameterParts parts = parameter_parts(s.model, s.layout, split);
   const double dense_n = distributed && p.zero1 ? s.layout.expert * s.layout.data : 1;
-  const double expert_n = distributed && p.zero1 ? s.layout.data : 1;
+  const double expert_n = distributed && p.zero1 ? expert_data_ranks(s.layout, split) : 1;
   const double mine =
       static_cast<double>(parts.dense) / dense_n + static_cast<double>(parts.expert) / expert_n;
   const double w = static_cast<double>(s.element_bytes()),
@@ -270,8 +270,8 @@ StepTime step_time(const StepShape& s, const Cluster& c) {
   for (const auto& [key, x] : sized) {
     if (!x.calls) continue;
     const auto op = static_cast<CollectiveOp>(std::get<0>(key));
-    t.collective[static_cast<std::size_t>(op)] +=
-        collective_time(op, static_cast<GroupKind>(std::get<1>(key)), x, s.layout, c);
+    t.collective[static_cast<std::size_t>(op)] += collective_time(
+        op, static_cast<GroupKind>(std::get<1>(key)), x, s.layout, c, !exchange_of(s).split);
   }
   const double hidden =
       overlap_hidden(s, c, t.collective[static_cast<std::size_t>(CollectiveOp::all_to_all)], share);

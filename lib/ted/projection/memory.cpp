@@ -61,7 +61,9 @@ Sizes sizes_of(const StepShape& s) {
                                  : z.E * chunk_rows * x.f;
   z.parts = parameter_parts(m, s.layout, x.split);
   const std::uint64_t dense_n = z.distributed && p.zero1 ? z.Ep * z.D : 1;
-  const std::uint64_t expert_n = z.distributed && p.zero1 ? z.D : 1;
+  const std::uint64_t expert_n =
+      z.distributed && p.zero1 ? static_cast<std::uint64_t>(expert_data_ranks(s.layout, x.split))
+                               : 1;
   z.dense_mine = z.parts.dense / dense_n;
   z.expert_mine = z.parts.expert / expert_n;
   z.largest_mine = std::max(z.dense_mine, z.expert_mine);

@@ -192,12 +192,16 @@ model::GptParamSpecs param_specs(const model::ModelConfig& m, const Layout& layo
   return model::gpt_param_specs(m, {layout.tensor, 0, layout.expert, 0, split_experts});
 }
 
+int expert_data_ranks(const Layout& layout, bool split_experts) {
+  return split_experts ? layout.data : layout.tensor * layout.data;
+}
+
 ParameterParts parameter_parts(const model::ModelConfig& m, const Layout& layout,
                                bool split_experts) {
   const model::GptParamSpecs specs = param_specs(m, layout, split_experts);
   const auto [dense, expert] = specs.elements({0, static_cast<int>(specs.specs.size())});
   return {padded(dense, static_cast<std::uint64_t>(layout.expert) * layout.data),
-          padded(expert, static_cast<std::uint64_t>(layout.data))};
+          padded(expert, static_cast<std::uint64_t>(expert_data_ranks(layout, split_experts)))};
 }
 
 std::vector<PlannedCollective> step_collectives(const StepShape& s) {
@@ -272,17 +276,16 @@ std::vector<PlannedCollective> step_collectives(const StepShape& s) {
   if (!distributed) return plan;
   const model::ExchangePlan& x = formula;
 
-  // Gradients, in their type (the master type, or 16-bit: grad_bytes): unsplit experts summed
-  // over the tensor group, then each part over its data group (reduce-scatter + all-gather of
-  // the updated weights, in the storage type, with ZeRO-1; else all-reduce). The step's scalars
-  // (losses, norm, overflow flag) go over the host control communicators, which the ledger does
-  // not record.
+  // Gradients, in their type (the master type, or 16-bit: grad_bytes), each part over its data
+  // group (reduce-scatter + all-gather of the updated weights, in the storage type, with ZeRO-1;
+  // else all-reduce); unsplit experts over the T x D ranks that hold them, which sums the tensor
+  // ranks' token slices too. The step's scalars (losses, norm, overflow flag) go over the host
+  // control communicators, which the ledger does not record.
   const ParameterParts parts = parameter_parts(m, s.layout, x.split);
   Planner g(plan, s.grad_bytes());
-  if (!x.split) g.all_reduce(tensor, parts.expert);
   const std::pair<GroupKind, std::pair<std::uint64_t, int>> data_parts[] = {
       {GroupKind::nonexpert_data, {parts.dense, Ep * D}},
-      {GroupKind::expert_data, {parts.expert, D}}};
+      {GroupKind::expert_data, {parts.expert, expert_data_ranks(s.layout, x.split)}}};
   for (const auto& [group, part] : data_parts) {
     auto [size, n] = part;
     if (p.zero1) {

@@ -97,6 +97,9 @@ model::ExchangePlan largest_exchange(const StepShape& shape);
 // allocates), as tensor rank 0 and expert rank 0 hold them: every rank's shards are the same size.
 model::GptParamSpecs param_specs(const model::ModelConfig& model, const Layout& layout,
                                  bool split_experts);
+// The ranks that hold the same experts and reduce their gradients (the expert-data group of the
+// ledger): D, or with experts whole on every tensor rank (split_experts false) T x D.
+int expert_data_ranks(const Layout& layout, bool split_experts);
 // Elements of the flat parameter buffers on one rank: the dense part and the expert part, each
 // padded to a multiple of its data group (as ParamSet lays them out).
 struct ParameterParts {

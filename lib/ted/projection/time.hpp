@@ -74,8 +74,10 @@ StepTime step_time(const StepShape& shape, const Cluster& cluster);
 double percent_of_peak(const StepShape& shape, const Cluster& cluster, double seconds);
 
 // The time of `calls` collectives of one kind in the groups of one kind, with `bytes_sent` by
-// each rank in all of them (the traffic model's per-rank totals).
+// each rank in all of them (the traffic model's per-rank totals). With whole_experts the
+// expert-data groups are the T x D ranks that hold the same experts
+// (ProcessGrid::expert_replica_members).
 double collective_time(CollectiveOp op, GroupKind group, const Traffic& traffic,
-                       const Layout& layout, const Cluster& cluster);
+                       const Layout& layout, const Cluster& cluster, bool whole_experts = false);
 
 }  // namespace ted::projection

@@ -27,7 +27,7 @@ RunWiring::RunWiring(const RunSpec& spec, const Layout& layout)
   if (spec.track) tracked_ = std::make_unique<TrackingDevice>(*base_);
   world_ = make_device_communicator(spec.comm, device(), control_->native_handle(), nullptr);
   groups_ = std::make_unique<TedGroups>(*control_, *world_, grid_);
-  for (auto kind : kLedgerGroups) groups_->group(kind).set_ledger(&ledger_);
+  groups_->set_ledger(&ledger_);
 }
 
 TrackingDevice& RunWiring::tracked() {

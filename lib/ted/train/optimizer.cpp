@@ -46,9 +46,14 @@ AdamW<T>::AdamW(model::ParamSet<T>& params, const OptimizerConfig& config, Ops<T
     bool decay, counted;
   };
   std::vector<Segment> segments;
-  for (const auto& spec : params.specs())
+  // A tensor the tensor ranks hold alike is counted once: on tensor rank 0, or where its part's
+  // group spans the tensor ranks (whole experts), by its group's own sharding.
+  for (const auto& spec : params.specs()) {
+    const bool spanned =
+        spec.kind == model::ParamKind::expert && parallel_.expert_group_spans_tensor;
     segments.push_back({spec.offset, spec.offset + spec.size(), spec.decay,
-                        !spec.tensor_replicated || parallel_.tensor_rank0});
+                        !spec.tensor_replicated || parallel_.tensor_rank0 || spanned});
+  }
   std::sort(segments.begin(), segments.end(),
             [](const Segment& a, const Segment& b) { return a.begin < b.begin; });
 
@@ -114,11 +119,8 @@ OptimizerStep AdamW<T>::step_with(G* grads, int step, int total_steps, double lo
   OptimizerStep result;
 
   // 1. Sum the gradients over each part's data group (reduce-scatter: only my shard); whole
-  // experts run by every tensor rank on its own token slice are summed over the tensor group.
-  if (parallel_.expert_tensor_group) {
-    auto [begin, size] = params_.range(model::ParamKind::expert);
-    parallel_.expert_tensor_group->all_reduce(grads + begin, grads + begin, size, grad_type);
-  }
+  // experts, run by every tensor rank on its own token slice, are summed over the T x D ranks
+  // that hold them.
   std::vector<Tensor<G>> shard_grads(parts_.size());
   MemoryScope communication(device_, MemoryCategory::communication);
   for (std::size_t i = 0; i < parts_.size(); ++i) {

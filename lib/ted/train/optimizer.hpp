@@ -4,11 +4,12 @@
 //
 // On a TED grid (OptimizerParallel) each part of the flat buffers is reduced over its own data
 // group: dense tensors over the non-expert-data group (Ep x D), expert tensors over the
-// expert-data group (D). With ZeRO stage 1 the gradients are reduce-scattered, each rank keeps
-// Adam state for and updates its 1/n shard only, and the updated shards are all-gathered.
-// The step walks its elements in tiles of at most tile_elems (0: one tile), so the temporary
-// gradient copy (the unscaled and clipped fp32 gradient) is bounded by a tile. The clipping
-// norm counts every distinct element of the model once.
+// expert-data group (D), or, when the experts are whole on every tensor rank, over the T x D
+// ranks that hold them (as DeepSpeed's expert data-parallel group). With ZeRO stage 1 the gradients
+// are reduce-scattered, each rank keeps Adam state for and updates its 1/n shard only, and the
+// updated shards are all-gathered. The step walks its elements in tiles of at most tile_elems (0:
+// one tile), so the temporary gradient copy (the unscaled and clipped fp32 gradient) is bounded by
+// a tile. The clipping norm counts every distinct element of the model once.
 //
 // Mixed precision (T = bf16 or fp16): the optimizer keeps the fp32 master of the elements it
 // updates (its ZeRO-1 shard) next to Adam's m and v, updates it and writes the 16-bit copy the
@@ -47,12 +48,16 @@ double learning_rate(const OptimizerConfig& config, int step, int total_steps);
 
 struct OptimizerParallel {
   // Device communicators (they carry gradients and parameters).
-  Communicator* dense_group = nullptr;   // non-expert-data group; null: one process
-  Communicator* expert_group = nullptr;  // expert-data group
-  // Experts not split over T: their gradients are summed over the tensor group first.
-  Communicator* expert_tensor_group = nullptr;
+  Communicator* dense_group = nullptr;  // non-expert-data group; null: one process
+  // The ranks that hold the same experts: the expert-data group (D ranks), or with experts whole
+  // on every tensor rank (not split over T) their T x D replicas (TedGroups::expert_replicas).
+  Communicator* expert_group = nullptr;
+  // expert_group holds the tensor group's ranks (whole experts): the tensor ranks' gradients of
+  // the experts, from their own token slices, are summed in it, and every rank counts its own
+  // shard of them in the norm.
   // The host control world: the global gradient norm and the overflow flag.
   Communicator* control = nullptr;
+  bool expert_group_spans_tensor = false;
   bool tensor_rank0 = true;  // this rank counts the tensor-replicated tensors in the norm
   bool zero1 = true;
   std::size_t tile_elems = 0;  // 0: the whole shard at once

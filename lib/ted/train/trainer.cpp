@@ -17,6 +17,12 @@ std::unique_ptr<TokenSource> make_source(const TrainConfig& config) {
 
 namespace {
 
+// The ranks that hold the same experts and reduce their gradients: the expert-data group, or
+// with experts whole on every tensor rank the T x D ranks of the same e.
+Communicator& expert_group(const ParallelConfig& p, TedGroups& groups) {
+  return p.split_experts ? groups.expert_data() : groups.expert_replicas();
+}
+
 model::ModelParallel model_parallel(const ParallelConfig& p, TedGroups* groups) {
   model::ModelParallel m;
   m.exchange = p.exchange();
@@ -27,7 +33,7 @@ model::ModelParallel model_parallel(const ParallelConfig& p, TedGroups* groups) 
     m.expert = &groups->expert();
     m.expert_control = &groups->control(GroupKind::expert);
     m.dense_pad = static_cast<std::size_t>(groups->nonexpert_data().size());
-    m.expert_pad = static_cast<std::size_t>(groups->expert_data().size());
+    m.expert_pad = static_cast<std::size_t>(expert_group(p, *groups).size());
   }
   return m;
 }
@@ -38,10 +44,10 @@ OptimizerParallel optimizer_parallel(const ParallelConfig& p, TedGroups* groups)
   o.tile_elems = static_cast<std::size_t>(p.tile_elems);
   if (groups) {
     o.dense_group = &groups->nonexpert_data();
-    o.expert_group = &groups->expert_data();
+    o.expert_group = &expert_group(p, *groups);
     o.control = &groups->control();
     o.tensor_rank0 = groups->tensor().rank() == 0;
-    if (!p.split_experts && groups->tensor().size() > 1) o.expert_tensor_group = &groups->tensor();
+    o.expert_group_spans_tensor = !p.split_experts && groups->tensor().size() > 1;
   }
   return o;
 }
