@@ -467,3 +467,54 @@ TEMPLATE_TEST_CASE("vocabulary-parallel embedding, LM head and cross-entropy", "
   }
   CHECK_CLOSE_TO_REFERENCE(T, dx_sum, dx);
 }
+
+// 16-bit gradients (training.grad_dtype = the storage type): the backward kernels add their
+// contribution, summed in fp32, into the 16-bit gradient, rounded once (core/grad_out.hpp). The
+// reference: the fp32 kernel's contribution from zero, added to the stored value and rounded.
+TEMPLATE_TEST_CASE("parameter gradients into 16-bit storage, each call rounded once",
+                   "[ops][grad16]", ted::Half, ted::BFloat16) {
+  using T = TestType;
+  const int n = 50, in = 24, out = 40, h = 300;
+  auto x = rounded<T>(random_vector(n * in, 60)), w = rounded<T>(random_vector(in * out, 61));
+  auto dy = rounded<T>(random_vector(n * out, 62));
+  std::vector<float> dx(n * in, 0.0f), dw(in * out, 0.0f), db(out, 0.0f);
+  cpu::linear_backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), n, in, out);
+  // A stored gradient far from the contribution's scale: the sum must be rounded once, from
+  // the stored value (a kernel that overwrote it, or rounded its contribution first, fails).
+  auto stored_w = rounded<T>(random_vector(in * out, 63, 3.0f));
+  auto stored_b = rounded<T>(random_vector(out, 64, 3.0f));
+  auto want = [](const std::vector<float>& stored, const std::vector<float>& contribution) {
+    std::vector<float> sum(stored.size());
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = round_to<T>(stored[i] + contribution[i]);
+    return sum;
+  };
+  auto gx = upload<T>(x), gw = upload<T>(w), gdy = upload<T>(dy);
+  auto gdw = upload<T>(stored_w), gdb = upload<T>(stored_b);
+  ops<T>().linear_backward(gx.data(), gw.data(), gdy.data(), nullptr,
+                           GradOut<T>::storage(gdw.data()), GradOut<T>::storage(gdb.data()), n, in,
+                           out);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdw), want(stored_w, dw));
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdb), want(stored_b, db));
+
+  // LayerNorm's gamma and beta.
+  auto lx = rounded<T>(random_vector(n * h, 65, 2.0f)), ldy = rounded<T>(random_vector(n * h, 66));
+  auto gamma = rounded<T>(random_vector(h, 67)), beta = rounded<T>(random_vector(h, 68));
+  std::vector<float> y(n * h), mean(n), rstd(n), ldx(n * h, 0.0f), dg(h, 0.0f), dbeta(h, 0.0f);
+  cpu::layernorm_forward(lx.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(),
+                         n, h);
+  cpu::layernorm_backward(lx.data(), gamma.data(), mean.data(), rstd.data(), ldy.data(),
+                          ldx.data(), dg.data(), dbeta.data(), n, h);
+  auto stored_g = rounded<T>(random_vector(h, 69, 3.0f)), stored_beta = rounded<T>(random_vector(h, 70, 3.0f));
+  auto glx = upload<T>(lx), gldy = upload<T>(ldy), ggamma = upload<T>(gamma), gbeta = upload<T>(beta);
+  auto gdg = upload<T>(stored_g), gdbeta = upload<T>(stored_beta);
+  Tensor<T> gy(device(), y.size());
+  Tensor<T> gldx = zeros<T>(device(), ldx.size());
+  Tensor<float> gmean(device(), n), grstd(device(), n);
+  ops<T>().layernorm_forward(glx.data(), ggamma.data(), gbeta.data(), gy.data(), gmean.data(),
+                             grstd.data(), n, h);
+  ops<T>().layernorm_backward(glx.data(), ggamma.data(), gmean.data(), grstd.data(), gldy.data(),
+                              gldx.data(), GradOut<T>::storage(gdg.data()),
+                              GradOut<T>::storage(gdbeta.data()), n, h);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdg), want(stored_g, dg));
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdbeta), want(stored_beta, dbeta));
+}

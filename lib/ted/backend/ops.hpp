@@ -7,10 +7,11 @@
 // Types. T is the storage type of activations and of the weight copies the kernels read: fp32,
 // bf16 or fp16 (fp64 on the CPU, for the gradient checks). M = master_t<T> is the type of the
 // master weights and of the optimizer state, and what every kernel computes and accumulates in:
-// fp32 (fp64 for fp64). In fp32 the weight copy is the master. Weight gradients are M buffers
-// the backward kernels accumulate into: the gradients themselves, or with 16-bit gradients
-// (training.grad_dtype) a scratch of one group of tensors that `accumulate` then adds into the
-// T gradient buffer.
+// fp32 (fp64 for fp64). In fp32 the weight copy is the master. Weight gradients (GradOut,
+// core/grad_out.hpp) are M buffers the backward kernels accumulate into, or with 16-bit gradients
+// (training.grad_dtype) the T buffers themselves, each call's contribution summed in M and
+// rounded once into them. The embedding's scatter-add takes M buffers only (many tokens add
+// into one row): with 16-bit gradients the model gives it an M stage and `accumulate`s that.
 //
 // Shapes and conventions are those of kernels/cpu/layers.hpp: rows are tokens, weights are
 // [in, out] (y = x W + b), backward functions accumulate (+=) into parameter gradients and into
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "ted/core/dtype.hpp"
+#include "ted/core/grad_out.hpp"
 #include "ted/core/index_range.hpp"
 #include "ted/core/slice_map.hpp"
 #include "ted/device/device.hpp"
@@ -94,17 +96,18 @@ class Ops {
   // keeps it: logits [n, rows] = x table^T. Backward: dx += d_logits table (if dx), d_table +=
   // d_logits^T x.
   virtual void lm_head_forward(const T* x, const T* table, T* logits, int n, int h, int rows) = 0;
-  virtual void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx, M* d_table,
-                                int n, int h, int rows) = 0;
+  virtual void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx,
+                                GradOut<T> d_table, int n, int h, int rows) = 0;
   // LayerNorm over h (eps 1e-5), keeping each row's mean and 1/std.
   virtual void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd,
                                  int n, int h) = 0;
   virtual void layernorm_backward(const T* x, const T* gamma, const M* mean, const M* rstd,
-                                  const T* dy, T* dx, M* dgamma, M* dbeta, int n, int h) = 0;
+                                  const T* dy, T* dx, GradOut<T> dgamma, GradOut<T> dbeta, int n,
+                                  int h) = 0;
   // y = x W + b (b may be null); backward: dx += dy W^T (if dx), dW += x^T dy, db += sums.
   virtual void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) = 0;
-  virtual void linear_backward(const T* x, const T* w, const T* dy, T* dx, M* dw, M* db, int n,
-                               int in, int out) = 0;
+  virtual void linear_backward(const T* x, const T* w, const T* dy, T* dx, GradOut<T> dw,
+                               GradOut<T> db, int n, int in, int out) = 0;
   // y = x W + b + residual: a row-parallel layer's output with its skip connection, where no
   // tensor reduction comes between (T = 1); a backend may fuse both into the GEMM.
   virtual void linear_residual_forward(const T* x, const T* w, const T* b, const T* residual, T* y,
@@ -116,8 +119,8 @@ class Ops {
   // Back through an FFN's second layer (w [in, out]) and the GeLU before it: d_hidden =
   // (dy W^T) * gelu'(hidden) (overwritten, [n, in]), db += d_hidden's column sums (db may be
   // null). The second layer's weight gradient is linear_backward's, with dx null.
-  virtual void linear_dgelu_backward(const T* dy, const T* w, const T* hidden, T* d_hidden, M* db,
-                                     int n, int in, int out) = 0;
+  virtual void linear_dgelu_backward(const T* dy, const T* w, const T* hidden, T* d_hidden,
+                                     GradOut<T> db, int n, int in, int out) = 0;
   // The gate's logits x W in the master type (routing decisions are made in fp32).
   virtual void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) = 0;
   // Causal multi-head attention on qkv [batch*seq, 3h]; probs [batch, heads, seq, seq]. With
@@ -212,8 +215,9 @@ class Ops {
   // d_in overwritten; the parameter gradients accumulate (db2 over d_out's rows). used_rows as
   // in experts_forward, where d_out must be 0 (an empty slot's gradient); d_in is 0 there.
   virtual void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden,
-                                const T* act, const T* d_out, T* d_in, M* dw1, M* db1, M* dw2,
-                                M* db2, int sources, int experts, int rows, int h, int f,
+                                const T* act, const T* d_out, T* d_in, GradOut<T> dw1,
+                                GradOut<T> db1, GradOut<T> dw2, GradOut<T> db2, int sources,
+                                int experts, int rows, int h, int f,
                                 const std::int32_t* used_rows) = 0;
 
   // ---- the optimizer ---------------------------------------------------------------------------

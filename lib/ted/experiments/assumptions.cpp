@@ -50,8 +50,9 @@ void write_assumptions(const std::string& csv, const projection::Cluster& c,
        dtype == DataType::f32 ? "fp32 throughout"
        : sixteen_bit_gradients
            ? "mixed precision as DeepSpeed's fp16 ZeRO-1: 16-bit weights, activations,\n"
-             "  messages and gradients (accumulated per micro-batch through an fp32 stage of one\n"
-             "  block, reduced in 16-bit); fp32 master weights and Adam state in the ZeRO-1 shard"
+             "  messages and gradients (each kernel's contribution summed in fp32 and rounded\n"
+             "  into them once, the embedding's through an fp32 stage; reduced in 16-bit); fp32\n"
+             "  master weights and Adam state in the ZeRO-1 shard"
            : "mixed precision: 16-bit weights, activations and messages, fp32 gradients,\n"
              "  master weights and Adam state");
   line("Gating: top-%d, capacity factor %.3g, min capacity %d, capacity from the formula.\n",
@@ -65,8 +66,8 @@ std::string memory_terms(const std::vector<Point>& points, const projection::Clu
       "Memory per rank (the memory model, lib/ted/projection/memory.hpp), per point: N_d and "
       "N_e\n"
       "  the non-expert and expert parameters a rank holds (split over T, experts over Ep);\n"
-      "  persistent: weights w N, gradients g N (16-bit gradients: plus one block's fp32 stage\n"
-      "  during backward), optimizer state (m, v, and the fp32 master in mixed precision) over\n"
+      "  persistent: weights w N, gradients g N (16-bit gradients: plus the embedding's fp32\n"
+      "  stage during its backward), optimizer state (m, v, and the fp32 master in mixed precision) over\n"
       "  each part's data group (Ep D for N_d, D for N_e: T D when the experts are whole on\n"
       "  every tensor rank) with ZeRO-1; then the larger phase:\n"
       "  training (activations with checkpointing, the CAC stash, the exchange's buffers) or the\n"

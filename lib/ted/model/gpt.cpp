@@ -93,7 +93,6 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   lnf_b_ = specs.id("lnf.b");
   if (!tied_) lm_head_ = specs.id("lm_head.w");
   embedding_stage_ = specs.embedding;
-  head_stage_ = specs.head;
   params_.allocate(*ops_, config_.seed, config_.init_std, parallel_.dense_pad, parallel_.expert_pad,
                    config_.grad_dtype);
 }
@@ -333,7 +332,6 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   auto& P = params_;
   Ops<T>& ops = *ops_;
   const T* x = a.input.data();
-  P.open_stage(ids.first_param, ids.end_param);  // 16-bit gradients: the block's, in fp32
   const bool dropping = config_.dropout > 0;
 
   // The FFN's (MoE layer's) output gradient: d_out through its dropout mask; the residual
@@ -349,8 +347,8 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
     const int groups = static_cast<int>(a.moe.size()), group_tokens = group_sequences_ * S;
     const MoeShape shape{group_tokens, h, parallel_.exchange.split_experts ? fl : config_.ffn(),
                          config_.gate.experts};
-    MoeGrads<M> grads{P.grad(ids.gate_w), P.grad(ids.e_w1), P.grad(ids.e_b1), P.grad(ids.e_w2),
-                      P.grad(ids.e_b2)};
+    MoeGrads<T> grads{P.gradient(ids.gate_w), P.gradient(ids.e_w1), P.gradient(ids.e_b1),
+                      P.gradient(ids.e_w2), P.gradient(ids.e_b2)};
     M aux_scale = loss_scale_ * M(config_.gate.aux_coeff) / M(groups);
     for (int g = 0; g < groups; ++g) {
       std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
@@ -359,19 +357,19 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
     }
   } else {
     Tensor<T> d_hidden(device_, static_cast<std::size_t>(N) * fl);
-    ops.linear_backward(a.act.data(), P.value(ids.fc2_w), d_ffn, nullptr, P.grad(ids.fc2_w),
-                        P.grad(ids.fc2_b), N, fl, h);
+    ops.linear_backward(a.act.data(), P.value(ids.fc2_w), d_ffn, nullptr, P.gradient(ids.fc2_w),
+                        P.gradient(ids.fc2_b), N, fl, h);
     ops.linear_dgelu_backward(d_ffn, P.value(ids.fc2_w), a.fc1.data(), d_hidden.data(),
-                              P.grad(ids.fc1_b), N, fl, h);
+                              P.gradient(ids.fc1_b), N, fl, h);
     ops.linear_backward(a.ln2.data(), P.value(ids.fc1_w), d_hidden.data(), d_ln2.data(),
-                        P.grad(ids.fc1_w), nullptr, N, h, fl);
+                        P.gradient(ids.fc1_w), nullptr, N, h, fl);
     tensor_all_reduce(d_ln2.data(), Nh);  // column-parallel input gradient
   }
   d_ffn_dropped = Tensor<T>();
   Tensor<T> d_mid(device_, Nh);
   device_.copy(d_mid.data(), d_out, Nh * sizeof(T));  // residual
   ops.layernorm_backward(a.mid.data(), P.value(ids.ln2_g), a.ln2_mean.data(), a.ln2_rstd.data(),
-                         d_ln2.data(), d_mid.data(), P.grad(ids.ln2_g), P.grad(ids.ln2_b), N, h);
+                         d_ln2.data(), d_mid.data(), P.gradient(ids.ln2_g), P.gradient(ids.ln2_b), N, h);
   Tensor<T> d_att = zeros<T>(device_, static_cast<std::size_t>(N) * hl);
   {  // the attention block's output gradient, through its dropout mask
     Tensor<T> d_proj_dropped;
@@ -382,7 +380,7 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
     }
     ops.linear_backward(a.att.data(), P.value(ids.proj_w),
                         dropping ? d_proj_dropped.data() : d_mid.data(), d_att.data(),
-                        P.grad(ids.proj_w), P.grad(ids.proj_b), N, hl, h);
+                        P.gradient(ids.proj_w), P.gradient(ids.proj_b), N, hl, h);
   }
   Tensor<T> d_qkv(device_, static_cast<std::size_t>(N) * 3 * hl);
   const kernels::DropoutKey probs_key = dropout_key(layer, kernels::kAttentionProbsDropout);
@@ -394,12 +392,11 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
                            probs_key);
   Tensor<T> d_ln1 = zeros<T>(device_, Nh);
   ops.linear_backward(a.ln1.data(), P.value(ids.qkv_w), d_qkv.data(), d_ln1.data(),
-                      P.grad(ids.qkv_w), P.grad(ids.qkv_b), N, h, 3 * hl);
+                      P.gradient(ids.qkv_w), P.gradient(ids.qkv_b), N, h, 3 * hl);
   tensor_all_reduce(d_ln1.data(), Nh);               // column-parallel input gradient
   device_.copy(d_in, d_mid.data(), Nh * sizeof(T));  // residual
   ops.layernorm_backward(x, P.value(ids.ln1_g), a.ln1_mean.data(), a.ln1_rstd.data(), d_ln1.data(),
-                         d_in, P.grad(ids.ln1_g), P.grad(ids.ln1_b), N, h);
-  P.close_stage();
+                         d_in, P.gradient(ids.ln1_g), P.gradient(ids.ln1_b), N, h);
 }
 
 template <typename T>
@@ -498,22 +495,16 @@ void GptModel<T>::backward(M loss_scale) {
   Ops<T>& ops = *ops_;
   // The logits' gradient replaces them, with the loss scale inside (fp16 holds it scaled).
   T* d_logits = logits_.data();
-  // 16-bit gradients: the head's, in fp32 (with tied embeddings also the table's share from the
-  // head; its share from the embedding is staged with the embedding's).
-  std::vector<int> head_ids;
-  for (int id = head_stage_.first; id < head_stage_.second; ++id) head_ids.push_back(id);
-  if (tied_) head_ids.push_back(tok_emb_);
-  params_.open_stage(head_ids);
   ops.cross_entropy_backward(logits_.data(), target_ids_.data(), log_sum_.data(), d_logits, tokens_,
                              vocab_rows_, loss_scale, first_word_, words_);
   Tensor<T> d_lnf = zeros<T>(device_, Nh);
   if (tied_) {  // the head's input gradient is the sum of the vocabulary slices'
     ops.lm_head_backward(lnf_.data(), params_.value(tok_emb_), d_logits, d_lnf.data(),
-                         params_.grad(tok_emb_), tokens_, h, vocab_rows_);
+                         params_.gradient(tok_emb_), tokens_, h, vocab_rows_);
     tensor_all_reduce(d_lnf.data(), Nh);
   } else {
     ops.linear_backward(lnf_.data(), params_.value(lm_head_), d_logits, d_lnf.data(),
-                        params_.grad(lm_head_), nullptr, tokens_, h, V);
+                        params_.gradient(lm_head_), nullptr, tokens_, h, V);
   }
   // What the head kept is spent once its backward is done (as autograd frees the cross-entropy's
   // and the head's saved tensors after their backward), the final LayerNorm's after its own.
@@ -522,9 +513,8 @@ void GptModel<T>::backward(M loss_scale) {
   lnf_ = Tensor<T>();
   Tensor<T> d_x = zeros<T>(device_, Nh);
   ops.layernorm_backward(final_input_.data(), params_.value(lnf_g_), lnf_mean_.data(),
-                         lnf_rstd_.data(), d_lnf.data(), d_x.data(), params_.grad(lnf_g_),
-                         params_.grad(lnf_b_), tokens_, h);
-  params_.close_stage();
+                         lnf_rstd_.data(), d_lnf.data(), d_x.data(), params_.gradient(lnf_g_),
+                         params_.gradient(lnf_b_), tokens_, h);
   d_lnf = Tensor<T>();
   final_input_ = Tensor<T>();
   lnf_mean_ = Tensor<M>();
@@ -542,6 +532,8 @@ void GptModel<T>::backward(M loss_scale) {
     acts_[l] = BlockActs{};
     std::swap(d_x, d_prev);
   }
+  // The embedding's scatter-add sums many tokens into a row in M: with 16-bit gradients, into an
+  // M stage of the embedding's tensors, added into their gradients once.
   params_.open_stage(embedding_stage_.first, embedding_stage_.second);
   ops.embedding_backward(token_ids_.data(), d_x.data(), params_.grad(tok_emb_),
                          params_.grad(pos_emb_), tokens_, S, h, first_word_, words_);

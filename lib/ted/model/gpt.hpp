@@ -161,7 +161,7 @@ class GptModel {
   std::string attention_;
   ParamSet<T> params_;
   int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_ = -1;  // lm_head_: untied only
-  std::pair<int, int> embedding_stage_, head_stage_;      // ids [first, end) staged together
+  std::pair<int, int> embedding_stage_;  // ids [first, end): 16-bit gradients' only M stage
   // The vocabulary this rank's table and logits hold: vocab_rows_ rows (columns of the logits),
   // the words first_word_ .. first_word_ + words_ - 1, the rest padding. Untied: all of it.
   bool tied_ = false;

@@ -119,9 +119,9 @@ void experts_forward_chunk(Ops<T>& ops, const MoeParams<T>& w, const T* in, T* h
   }
 }
 
-template <typename T, typename M>
+template <typename T>
 void experts_backward_chunk(Ops<T>& ops, const MoeParams<T>& w, const T* in, const T* hidden,
-                            const T* act, const T* d_out, T* d_in, const MoeGrads<M>& g,
+                            const T* act, const T* d_out, T* d_in, const MoeGrads<T>& g,
                             const ExchangePlan& p, int R,
                             const std::vector<std::int32_t>& used_rows, bool by_block,
                             InFlight& flight) {
@@ -258,7 +258,7 @@ template <typename T>
 void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& shape,
                   const MoeParams<T>& params, const ExchangeSetup& setup,
                   const MoeActivations<T>& acts, master_t<T> aux_scale,
-                  const MoeGrads<master_t<T>>& grads) {
+                  const MoeGrads<T>& grads) {
   using M = master_t<T>;
   Device& device = ops.device();
   const routing::Routing<M>& r = acts.routing;
@@ -326,7 +326,7 @@ double moe_forward_flops(const MoeShape& shape, int local_expert_rows) {
                                                 const ExchangeSetup&, MoeActivations<T>&, bool);   \
   template void moe_backward<T>(                                                                   \
       Ops<T>&, const T*, const T*, T*, const MoeShape&, const MoeParams<T>&, const ExchangeSetup&, \
-      const MoeActivations<T>&, master_t<T>, const MoeGrads<master_t<T>>&);
+      const MoeActivations<T>&, master_t<T>, const MoeGrads<T>&);
 TED_INSTANTIATE_MOE(float)
 TED_INSTANTIATE_MOE(double)
 TED_INSTANTIATE_MOE(Half)

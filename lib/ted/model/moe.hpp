@@ -24,13 +24,13 @@ struct MoeParams {  // this rank's experts: E/Ep of them, each with f/T of the F
   const T* b2;      // [E/Ep, h]
 };
 
-template <typename M>
-struct MoeGrads {  // in the master type
-  M* gate;
-  M* w1;
-  M* b1;
-  M* w2;
-  M* b2;
+template <typename T>
+struct MoeGrads {  // where the kernels add them (core/grad_out.hpp)
+  GradOut<T> gate;
+  GradOut<T> w1;
+  GradOut<T> b1;
+  GradOut<T> w2;
+  GradOut<T> b2;
 };
 
 template <typename T>
@@ -74,7 +74,7 @@ template <typename T>
 void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& shape,
                   const MoeParams<T>& params, const ExchangeSetup& setup,
                   const MoeActivations<T>& acts, master_t<T> aux_scale,
-                  const MoeGrads<master_t<T>>& grads);
+                  const MoeGrads<T>& grads);
 
 // GEMM FLOPs of this rank's share of the layer's forward (backward is twice this).
 double moe_forward_flops(const MoeShape& shape, int local_expert_rows);

@@ -122,6 +122,13 @@ void ParamSet<T>::zero_grads() {
 }
 
 template <typename T>
+GradOut<T> ParamSet<T>::gradient(int id) {
+  const std::size_t offset = layout_.specs()[id].offset;
+  if (!storage_gradients_) return GradOut<T>(grads_.data() + offset);
+  return GradOut<T>::storage(low_grads_.data() + offset);
+}
+
+template <typename T>
 typename ParamSet<T>::M* ParamSet<T>::grad(int id) {
   const std::size_t offset = layout_.specs()[id].offset;
   if (!storage_gradients_) return grads_.data() + offset;

@@ -7,9 +7,12 @@
 // Precision: the values are T, what the kernels read (fp32, fp64, or the bf16/fp16 copy of
 // mixed precision, whose fp32 master the optimizer keeps). The gradients are the master type
 // (fp32, or fp64 for fp64), or with 16-bit gradients (training.grad_dtype = the storage type,
-// DeepSpeed's fp16 ZeRO-1) T: then the kernels, which accumulate in the master type, write a
-// group of tensors' gradients of one micro-batch into an fp32 stage (open_stage), and
-// close_stage adds it into the 16-bit buffer, rounded once, and frees it.
+// DeepSpeed's 16-bit ZeRO-1) T: then each kernel call adds its contribution, summed in the master
+// type, into the 16-bit buffer, rounded once (gradient(id), core/grad_out.hpp), as autograd adds
+// each op's weight gradient into a 16-bit `.grad`. The embedding's scatter-add, which sums many
+// tokens into one row, writes the master type only: its tensors' gradients of a micro-batch go
+// into an fp32 stage (open_stage), which close_stage adds into the 16-bit buffer, rounded once,
+// and frees.
 #pragma once
 
 #include <cstdint>
@@ -83,14 +86,18 @@ class ParamSet {
 
   T* value(int id) { return values_.data() + layout_.specs()[id].offset; }
   const T* value(int id) const { return values_.data() + layout_.specs()[id].offset; }
-  // Where the kernels accumulate tensor id's gradient (master type): the gradient buffer, or
-  // with 16-bit gradients the open stage, which must hold id.
+  // Where a kernel adds tensor id's gradient: the gradient buffer, of the master type or with
+  // 16-bit gradients of T (each call's contribution rounded into it once).
+  GradOut<T> gradient(int id);
+  // Where a kernel that writes the master type only (the embedding's scatter-add) accumulates
+  // tensor id's gradient: the gradient buffer, or with 16-bit gradients the open stage, which
+  // must hold id.
   M* grad(int id);
   // 16-bit gradients: an fp32 stage for the tensors first .. end - 1 (ids), zeroed (one stage
   // at a time); close_stage adds it into the gradient buffer and frees it. No-ops with gradients
   // in the master type.
   void open_stage(int first, int end);
-  void open_stage(const std::vector<int>& ids);  // the tensors of `ids` (the tied table's uses)
+  void open_stage(const std::vector<int>& ids);  // the tensors of `ids`
   void close_stage();
   bool storage_gradients() const { return storage_gradients_; }
   // The flat gradient buffer and its element type (M, or T with 16-bit gradients).

@@ -70,9 +70,10 @@ Sizes sizes_of(const StepShape& s) {
   return z;
 }
 
-// 16-bit gradients: the kernels accumulate one group's gradients of a micro-batch in an fp32
-// stage (model/params.hpp), one group at a time: the head (final LayerNorm, LM head), each
-// block, the embeddings. Bytes of each stage (0 without 16-bit gradients).
+// 16-bit gradients: every kernel adds its contribution into the 16-bit gradients directly, but
+// the embedding's scatter-add, which sums its micro-batch's tokens in an fp32 stage of the
+// embedding's tensors (model/params.hpp), open during its backward. Bytes of each stage (0
+// without 16-bit gradients; the head and the blocks stage nothing).
 struct Stages {
   std::uint64_t head = 0, embedding = 0, largest = 0;
   std::vector<std::uint64_t> block;
@@ -80,26 +81,13 @@ struct Stages {
 
 Stages gradient_stages(const StepShape& s, const Sizes& z) {
   const auto& m = s.model;
-  const bool staging = s.storage_gradients();
   Stages g;
   g.block.assign(static_cast<std::size_t>(m.layers), 0);
-  if (!staging) return g;
-  // The groups backward stages together (model/gpt_params.hpp), in the master width. The head's
-  // holds the tied table too (its gradient is staged once from the head, once from the
-  // embedding).
+  if (!s.storage_gradients()) return g;
   const model::GptParamSpecs specs = param_specs(m, s.layout, z.x.split);
-  auto staged = [&](model::GptParamSpecs::Ids ids) {
-    const auto [dense, expert] = specs.elements(ids);
-    return z.mw * (dense + expert);
-  };
-  g.head = staged(specs.head);
-  if (specs.head_table >= 0) g.head += staged({specs.head_table, specs.head_table + 1});
-  g.embedding = staged(specs.embedding);
-  g.largest = std::max(g.head, g.embedding);
-  for (int l = 0; l < m.layers; ++l) {
-    g.block[static_cast<std::size_t>(l)] = staged(specs.blocks[static_cast<std::size_t>(l)]);
-    g.largest = std::max(g.largest, g.block[static_cast<std::size_t>(l)]);
-  }
+  const auto [dense, expert] = specs.elements(specs.embedding);
+  g.embedding = z.mw * (dense + expert);
+  g.largest = g.embedding;
   return g;
 }
 

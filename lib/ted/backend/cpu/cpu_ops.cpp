@@ -78,6 +78,43 @@ class Out {
   std::vector<C> copy_;
 };
 
+// A kernel's master-type view of a parameter gradient (core/grad_out.hpp): the M buffer itself,
+// or for a 16-bit gradient a zeroed M accumulator whose sum is added into it, rounded once, when
+// the view goes out of scope: a 16-bit-output GEMM's fp32 accumulator, as this backend widens
+// every 16-bit operand of a call (In, Out).
+template <typename T>
+class GradView {
+ public:
+  using C = master_t<T>;
+  GradView(const GradOut<T>& g, std::size_t n) {
+    if (g.master) {
+      data_ = g.master;
+    } else if (g.low) {
+      if constexpr (std::is_same_v<T, C>) {
+        data_ = g.low;
+      } else {
+        target_ = g.low;
+        copy_.assign(n, C(0));
+        data_ = copy_.data();
+      }
+    }
+  }
+  ~GradView() {
+    if constexpr (!std::is_same_v<T, C>)
+      if (target_)
+        for (std::size_t i = 0; i < copy_.size(); ++i)
+          target_[i] = narrow<T>(widen(target_[i]) + copy_[i]);
+  }
+  GradView(const GradView&) = delete;
+  GradView& operator=(const GradView&) = delete;
+  operator C*() const { return data_; }
+
+ private:
+  T* target_ = nullptr;
+  C* data_ = nullptr;
+  std::vector<C> copy_;
+};
+
 template <typename T>
 std::size_t count_of(int a, int b) {
   return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
@@ -225,13 +262,14 @@ class CpuOps final : public Ops<T> {
     kc::lm_head_forward<C>(xc, tc, lc, n, h, rows);
   }
 
-  void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx, M* d_table, int n,
-                        int h, int rows) override {
+  void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx, GradOut<T> d_table,
+                        int n, int h, int rows) override {
     TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, h)), tc(table, count_of<T>(rows, h)),
         dl(d_logits, count_of<T>(n, rows));
     Out<T> dxc(dx, count_of<T>(n, h), true);
-    kc::lm_head_backward<C>(xc, tc, dl, dxc, d_table, n, h, rows);
+    GradView<T> dt(d_table, count_of<T>(rows, h));
+    kc::lm_head_backward<C>(xc, tc, dl, dxc, dt, n, h, rows);
   }
 
   void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd, int n,
@@ -243,11 +281,12 @@ class CpuOps final : public Ops<T> {
   }
 
   void layernorm_backward(const T* x, const T* gamma, const M* mean, const M* rstd, const T* dy,
-                          T* dx, M* dgamma, M* dbeta, int n, int h) override {
+                          T* dx, GradOut<T> dgamma, GradOut<T> dbeta, int n, int h) override {
     TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, h)), g(gamma, h), dyc(dy, count_of<T>(n, h));
     Out<T> dxc(dx, count_of<T>(n, h), true);
-    kc::layernorm_backward<C>(xc, g, mean, rstd, dyc, dxc, dgamma, dbeta, n, h);
+    GradView<T> dg(dgamma, static_cast<std::size_t>(h)), db(dbeta, static_cast<std::size_t>(h));
+    kc::layernorm_backward<C>(xc, g, mean, rstd, dyc, dxc, dg, db, n, h);
   }
 
   void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) override {
@@ -257,12 +296,13 @@ class CpuOps final : public Ops<T> {
     kc::linear_forward<C>(xc, wc, bc, yc, n, in, out);
   }
 
-  void linear_backward(const T* x, const T* w, const T* dy, T* dx, M* dw, M* db, int n, int in,
-                       int out) override {
+  void linear_backward(const T* x, const T* w, const T* dy, T* dx, GradOut<T> dw, GradOut<T> db,
+                       int n, int in, int out) override {
     TED_OP_TIMER(__func__);
     In<T> xc(x, count_of<T>(n, in)), wc(w, count_of<T>(in, out)), dyc(dy, count_of<T>(n, out));
     Out<T> dxc(dx, count_of<T>(n, in), true);
-    kc::linear_backward<C>(xc, wc, dyc, dxc, dw, db, n, in, out);
+    GradView<T> dwc(dw, count_of<T>(in, out)), dbc(db, static_cast<std::size_t>(out));
+    kc::linear_backward<C>(xc, wc, dyc, dxc, dwc, dbc, n, in, out);
   }
 
   // The fused dense-layer ops, as their parts: the same arithmetic, bit for bit, as the model's
@@ -283,8 +323,8 @@ class CpuOps final : public Ops<T> {
     bias_gelu_forward(hidden, b, act, n, out);
   }
 
-  void linear_dgelu_backward(const T* dy, const T* w, const T* hidden, T* d_hidden, M* db, int n,
-                             int in, int out) override {
+  void linear_dgelu_backward(const T* dy, const T* w, const T* hidden, T* d_hidden, GradOut<T> db,
+                             int n, int in, int out) override {
     {
       TED_OP_TIMER(__func__);
       In<T> wc(w, count_of<T>(in, out)), dyc(dy, count_of<T>(n, out));
@@ -313,9 +353,10 @@ class CpuOps final : public Ops<T> {
 
   // d = d * gelu'(hidden) in place, and db += d's column sums (db may be null): the rest of
   // linear_dgelu_backward.
-  void gelu_bias_backward(const T* hidden, T* d, M* db, int rows, int width) {
+  void gelu_bias_backward(const T* hidden, T* d, GradOut<T> db_out, int rows, int width) {
     TED_OP_TIMER(__func__);
     In<T> hid(hidden, count_of<T>(rows, width));
+    GradView<T> db(db_out, static_cast<std::size_t>(width));
     if constexpr (std::is_same_v<T, C>) {
       kc::gelu_bias_backward<C>(hid, d, db, rows, width);
     } else {  // the bias gradient sums the rounded d, as a separate bias pass would
@@ -324,7 +365,7 @@ class CpuOps final : public Ops<T> {
         kc::gelu_bias_backward<C>(hid, dc, nullptr, rows, width);
       }
       In<T> dc(d, count_of<T>(rows, width));
-      if (db) kc::add_column_sums<C>(dc, db, rows, width);
+      if (db_out) kc::add_column_sums<C>(dc, db, rows, width);
     }
   }
 
@@ -483,8 +524,8 @@ class CpuOps final : public Ops<T> {
   }
 
   void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden, const T* act,
-                        const T* d_out, T* d_in, M* dw1, M* db1, M* dw2, M* db2, int sources,
-                        int experts, int rows, int h, int f,
+                        const T* d_out, T* d_in, GradOut<T> dw1, GradOut<T> db1, GradOut<T> dw2,
+                        GradOut<T> db2, int sources, int experts, int rows, int h, int f,
                         const std::int32_t* used_rows) override {
     TED_OP_TIMER(__func__);
     const std::size_t blocks = count_of<T>(sources, experts);
@@ -495,7 +536,10 @@ class CpuOps final : public Ops<T> {
     Out<T> dx(d_in, blocks * R * h, false);
     // The hidden layer's gradient, on the device (so the allocator sees it).
     Tensor<C> d_hidden(this->device(), blocks * R * f);
-    kc::experts_backward<C>(x, w1c, w2c, hid, a, dout, dx, d_hidden.data(), dw1, db1, dw2, db2,
+    const std::size_t E = static_cast<std::size_t>(experts);
+    GradView<T> dw1c(dw1, count_of<T>(experts, h) * f), db1c(db1, E * f),
+        dw2c(dw2, count_of<T>(experts, f) * h), db2c(db2, E * h);
+    kc::experts_backward<C>(x, w1c, w2c, hid, a, dout, dx, d_hidden.data(), dw1c, db1c, dw2c, db2c,
                             sources, experts, rows, h, f, used_rows);
   }
 

@@ -83,8 +83,8 @@ class CudaOps final : public Ops<T> {
   void lm_head_forward(const T* x, const T* table, T* logits, int n, int h, int rows) override {
     kc::lm_head_forward<T>(ctx_, x, table, logits, n, h, rows);
   }
-  void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx, M* d_table, int n,
-                        int h, int rows) override {
+  void lm_head_backward(const T* x, const T* table, const T* d_logits, T* dx, GradOut<T> d_table,
+                        int n, int h, int rows) override {
     kc::lm_head_backward<T>(ctx_, x, table, d_logits, dx, d_table, n, h, rows);
   }
   void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, M* mean, M* rstd, int n,
@@ -92,14 +92,14 @@ class CudaOps final : public Ops<T> {
     kc::layernorm_forward<T>(ctx_, x, gamma, beta, y, mean, rstd, n, h);
   }
   void layernorm_backward(const T* x, const T* gamma, const M* mean, const M* rstd, const T* dy,
-                          T* dx, M* dgamma, M* dbeta, int n, int h) override {
+                          T* dx, GradOut<T> dgamma, GradOut<T> dbeta, int n, int h) override {
     kc::layernorm_backward<T>(ctx_, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, n, h);
   }
   void linear_forward(const T* x, const T* w, const T* b, T* y, int n, int in, int out) override {
     kc::linear_forward<T>(ctx_, x, w, b, y, n, in, out);
   }
-  void linear_backward(const T* x, const T* w, const T* dy, T* dx, M* dw, M* db, int n, int in,
-                       int out) override {
+  void linear_backward(const T* x, const T* w, const T* dy, T* dx, GradOut<T> dw, GradOut<T> db,
+                       int n, int in, int out) override {
     kc::linear_backward<T>(ctx_, x, w, dy, dx, dw, db, n, in, out);
   }
   void linear_residual_forward(const T* x, const T* w, const T* b, const T* residual, T* y, int n,
@@ -110,8 +110,8 @@ class CudaOps final : public Ops<T> {
                            int out) override {
     kc::linear_gelu_forward<T>(ctx_, x, w, b, hidden, act, n, in, out);
   }
-  void linear_dgelu_backward(const T* dy, const T* w, const T* hidden, T* d_hidden, M* db, int n,
-                             int in, int out) override {
+  void linear_dgelu_backward(const T* dy, const T* w, const T* hidden, T* d_hidden, GradOut<T> db,
+                             int n, int in, int out) override {
     kc::linear_dgelu_backward<T>(ctx_, dy, w, hidden, d_hidden, db, n, in, out);
   }
   void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) override {
@@ -212,8 +212,9 @@ class CudaOps final : public Ops<T> {
     kc::experts_forward<T>(ctx_, in, w1, b1, w2, hidden, act, out, sources, experts, rows, h, f);
   }
   void experts_backward(const T* in, const T* w1, const T* w2, const T* hidden, const T* act,
-                        const T* d_out, T* d_in, M* dw1, M* db1, M* dw2, M* db2, int sources,
-                        int experts, int rows, int h, int f, const std::int32_t*) override {
+                        const T* d_out, T* d_in, GradOut<T> dw1, GradOut<T> db1, GradOut<T> dw2,
+                        GradOut<T> db2, int sources, int experts, int rows, int h, int f,
+                        const std::int32_t*) override {
     kc::experts_backward<T>(ctx_, in, w1, w2, hidden, act, d_out, d_in, dw1, db1, dw2, db2, sources,
                             experts, rows, h, f);
   }

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "ted/core/dtype.hpp"
+#include "ted/core/grad_out.hpp"
 #include "ted/core/index_range.hpp"
 #include "ted/core/slice_map.hpp"
 #include "ted/device/tensor.hpp"
@@ -60,6 +61,16 @@ void add_bias(Context& ctx, T* y, const T* bias, int rows, int width, int rows_p
 template <typename T>
 void bias_grad(Context& ctx, const T* dy, float* db, int rows, int width, int rows_per_bias,
                int biases);
+// The same into a parameter gradient (GradOut): fp32, or through an fp32 scratch of the bias
+// added into the 16-bit gradient once.
+template <typename T>
+void bias_grad_into(Context& ctx, const T* dy, GradOut<T> db, int rows, int width,
+                    int rows_per_bias, int biases);
+// A weight gradient's GEMM, C += op(A) op(B) (row-major, as gemm below): into fp32, or
+// into 16-bit storage with fp32 accumulation, rounded once (beta = 1).
+template <typename T>
+void weight_gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const T* a, int lda,
+                 const T* b, int ldb, GradOut<T> c, int ldc);
 // dst[i] = std * random::normal(seed, kInit, key, global_index(map, i)), rounded to T.
 template <typename T>
 void init_normal(Context& ctx, T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
@@ -136,10 +147,13 @@ void linear_gelu_forward(Context& ctx, const T* x, const T* w, const T* b, T* hi
 // FFN's second layer and the GeLU before it. w is [in, out], d_hidden and hidden [n, in].
 template <typename T>
 void linear_dgelu_backward(Context& ctx, const T* dy, const T* w, const T* hidden, T* d_hidden,
-                           float* db, int n, int in, int out);
+                           GradOut<T> db, int n, int in, int out);
+// Parameter gradients (GradOut) accumulate into fp32, or into 16-bit storage: the GEMMs' through
+// cuBLAS's C in T (fp32 accumulation, rounded once with beta = 1), the column sums' through an
+// fp32 scratch of the bias (a few KiB) added in once.
 template <typename T>
-void linear_backward(Context& ctx, const T* x, const T* w, const T* dy, T* dx, float* dw, float* db,
-                     int n, int in, int out);
+void linear_backward(Context& ctx, const T* x, const T* w, const T* dy, T* dx, GradOut<T> dw,
+                     GradOut<T> db, int n, int in, int out);
 template <typename T>
 void gate_logits(Context& ctx, const T* x, const T* w, float* logits, int n, int in, int out);
 template <typename T>
@@ -147,8 +161,8 @@ void layernorm_forward(Context& ctx, const T* x, const T* gamma, const T* beta, 
                        float* rstd, int n, int h);
 template <typename T>
 void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* mean,
-                        const float* rstd, const T* dy, T* dx, float* dgamma, float* dbeta, int n,
-                        int h);
+                        const float* rstd, const T* dy, T* dx, GradOut<T> dgamma, GradOut<T> dbeta,
+                        int n, int h);
 // y = (y + bias) + residual.
 template <typename T>
 void add_bias_residual(Context& ctx, T* y, const T* bias, const T* residual, int rows, int width);
@@ -217,7 +231,7 @@ template <typename T>
 void lm_head_forward(Context& ctx, const T* x, const T* table, T* logits, int n, int h, int rows);
 template <typename T>
 void lm_head_backward(Context& ctx, const T* x, const T* table, const T* d_logits, T* dx,
-                      float* d_table, int n, int h, int rows);
+                      GradOut<T> d_table, int n, int h, int rows);
 
 // ---- MoE: routing, token permutation, experts ------------------------------------------------
 // One gating group's routing into `out` (routing/gating.hpp), allocated on the context's device.
@@ -249,8 +263,9 @@ void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const 
                      T* act, T* out, int sources, int experts, int rows, int h, int f);
 template <typename T>
 void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const T* hidden,
-                      const T* act, const T* d_out, T* d_in, float* dw1, float* db1, float* dw2,
-                      float* db2, int sources, int experts, int rows, int h, int f);
+                      const T* act, const T* d_out, T* d_in, GradOut<T> dw1, GradOut<T> db1,
+                      GradOut<T> dw2, GradOut<T> db2, int sources, int experts, int rows, int h,
+                      int f);
 
 // ---- the optimizer and loss scaling ------------------------------------------------------------
 // out = g * scale in fp32, g of any storage type (16-bit gradients widened).

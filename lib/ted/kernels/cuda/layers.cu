@@ -584,6 +584,33 @@ void bias_grad(Context& ctx, const T* dy, float* db, int rows, int width, int ro
                                    biases, chunk);
 }
 
+// db (a parameter gradient, GradOut) += column sums of dy: into fp32, or through an fp32 scratch
+// of the bias added into the 16-bit gradient once.
+template <typename T>
+void bias_grad_into(Context& ctx, const T* dy, GradOut<T> db, int rows, int width,
+                    int rows_per_bias, int biases) {
+  if (!db) return;
+  if (!db.low) {
+    bias_grad<T>(ctx, dy, db.master, rows, width, rows_per_bias, biases);
+    return;
+  }
+  const std::size_t count = static_cast<std::size_t>(width) * biases;
+  Tensor<float> sums = zeros<float>(ctx.device(), count);
+  bias_grad<T>(ctx, dy, sums.data(), rows, width, rows_per_bias, biases);
+  accumulate<T>(ctx, sums.data(), db.low, count);
+}
+
+// A weight gradient's GEMM, C += A B: into the fp32 gradient, or into the 16-bit one, cuBLAS
+// accumulating in fp32 and rounding once on store (beta = 1).
+template <typename T>
+void weight_gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const T* a, int lda,
+                 const T* b, int ldb, GradOut<T> c, int ldc) {
+  if (c.low)
+    gemm<T>(ctx, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c.low, ldc);
+  else
+    gemm_f32_out<T>(ctx, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c.master, ldc);
+}
+
 template <typename T>
 void init_normal(Context& ctx, T* dst, std::size_t count, std::uint64_t seed, std::uint64_t key,
                  double std, const model::SliceMap& map) {
@@ -632,23 +659,23 @@ void linear_gelu_forward(Context& ctx, const T* x, const T* w, const T* b, T* hi
 
 template <typename T>
 void linear_dgelu_backward(Context& ctx, const T* dy, const T* w, const T* hidden, T* d_hidden,
-                           float* db, int n, int in, int out) {
+                           GradOut<T> db, int n, int in, int out) {
   if (n == 0) return;
   GemmEpilogue<T> e;
   e.kind = Epilogue::dgelu;
   e.aux = const_cast<T*>(hidden);  // read only: dgelu reads its aux
   e.ld_aux = in;
   gemm_fused<T>(ctx, false, true, n, in, out, dy, out, 0, w, out, 0, d_hidden, in, 0, 1, e);
-  if (db) bias_grad<T>(ctx, d_hidden, db, n, in, n, 1);
+  bias_grad_into<T>(ctx, d_hidden, db, n, in, n, 1);
 }
 
 template <typename T>
-void linear_backward(Context& ctx, const T* x, const T* w, const T* dy, T* dx, float* dw, float* db,
-                     int n, int in, int out) {
+void linear_backward(Context& ctx, const T* x, const T* w, const T* dy, T* dx, GradOut<T> dw,
+                     GradOut<T> db, int n, int in, int out) {
   if (n == 0) return;
   if (dx) gemm<T>(ctx, false, true, n, in, out, 1.0f, dy, out, w, out, 1.0f, dx, in);
-  gemm_f32_out<T>(ctx, true, false, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, out);
-  if (db) bias_grad<T>(ctx, dy, db, n, out, n, 1);
+  weight_gemm<T>(ctx, true, false, in, out, n, x, in, dy, out, dw, out);
+  bias_grad_into<T>(ctx, dy, db, n, out, n, 1);
 }
 
 template <typename T>
@@ -676,8 +703,8 @@ void layernorm_forward(Context& ctx, const T* x, const T* gamma, const T* beta, 
 
 template <typename T>
 void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* mean,
-                        const float* rstd, const T* dy, T* dx, float* dgamma, float* dbeta, int n,
-                        int h) {
+                        const float* rstd, const T* dy, T* dx, GradOut<T> dgamma_out,
+                        GradOut<T> dbeta_out, int n, int h) {
   if (n == 0) return;
   if (2 * h <= kRowFloats && packable<T>(h, {x, gamma, dy, dx}))
     launch<layernorm_backward_dx_packs_kernel<T>>(n, row_threads(h, Pack<T>::kSize),
@@ -686,10 +713,18 @@ void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* m
   else
     launch<layernorm_backward_dx_kernel<T>>(n, threads_for(h), 0, stream(ctx), x, gamma, mean, rstd,
                                             dy, dx, h);
+  // 16-bit gradients: gamma's and beta's column sums in an fp32 scratch [2, h], added in once.
+  const bool low = dgamma_out.low || dbeta_out.low;
+  Tensor<float> sums = low ? zeros<float>(ctx.device(), 2 * static_cast<std::size_t>(h))
+                           : Tensor<float>();
+  float* dgamma = low ? sums.data() : dgamma_out.master;
+  float* dbeta = low ? sums.data() + h : dbeta_out.master;
   const int chunk = row_chunk(n);
   const dim3 grid((h + 127) / 128, (n + chunk - 1) / chunk);
   launch<layernorm_backward_params_kernel<T>>(grid, 128, 0, stream(ctx), x, mean, rstd, dy, dgamma,
                                               dbeta, n, h, chunk);
+  if (dgamma_out.low) accumulate<T>(ctx, dgamma, dgamma_out.low, static_cast<std::size_t>(h));
+  if (dbeta_out.low) accumulate<T>(ctx, dbeta, dbeta_out.low, static_cast<std::size_t>(h));
 }
 
 template <typename T>
@@ -871,10 +906,10 @@ void lm_head_forward(Context& ctx, const T* x, const T* table, T* logits, int n,
 
 template <typename T>
 void lm_head_backward(Context& ctx, const T* x, const T* table, const T* d_logits, T* dx,
-                      float* d_table, int n, int h, int rows) {
+                      GradOut<T> d_table, int n, int h, int rows) {
   if (n == 0 || rows == 0) return;
   if (dx) gemm<T>(ctx, false, false, n, h, rows, 1.0f, d_logits, rows, table, h, 1.0f, dx, h);
-  gemm_f32_out<T>(ctx, true, false, rows, h, n, 1.0f, d_logits, rows, x, h, 1.0f, d_table, h);
+  weight_gemm<T>(ctx, true, false, rows, h, n, d_logits, rows, x, h, d_table, h);
 }
 
 template <typename T>
@@ -919,15 +954,18 @@ TED_INSTANTIATE_CONVERT_FROM(BFloat16)
                                            int, int, int);                                        \
   template void linear_gelu_forward<T>(Context&, const T*, const T*, const T*, T*, T*, int, int,  \
                                        int);                                                      \
-  template void linear_dgelu_backward<T>(Context&, const T*, const T*, const T*, T*, float*, int, \
-                                         int, int);                                               \
-  template void linear_backward<T>(Context&, const T*, const T*, const T*, T*, float*, float*,    \
-                                   int, int, int);                                                \
+  template void linear_dgelu_backward<T>(Context&, const T*, const T*, const T*, T*, GradOut<T>,  \
+                                         int, int, int);                                          \
+  template void linear_backward<T>(Context&, const T*, const T*, const T*, T*, GradOut<T>,        \
+                                   GradOut<T>, int, int, int);                                    \
+  template void bias_grad_into<T>(Context&, const T*, GradOut<T>, int, int, int, int);            \
+  template void weight_gemm<T>(Context&, bool, bool, int, int, int, const T*, int, const T*, int, \
+                               GradOut<T>, int);                                                  \
   template void gate_logits<T>(Context&, const T*, const T*, float*, int, int, int);              \
   template void layernorm_forward<T>(Context&, const T*, const T*, const T*, T*, float*, float*,  \
                                      int, int);                                                   \
   template void layernorm_backward<T>(Context&, const T*, const T*, const float*, const float*,   \
-                                      const T*, T*, float*, float*, int, int);                    \
+                                      const T*, T*, GradOut<T>, GradOut<T>, int, int);            \
   template void add_bias_residual<T>(Context&, T*, const T*, const T*, int, int);                 \
   template void dropout<T>(Context&, const T*, T*, int, int, const DropoutKey&);                  \
   template void bias_dropout_residual<T>(Context&, T*, const T*, const T*, int, int,              \
@@ -952,8 +990,8 @@ TED_INSTANTIATE_CONVERT_FROM(BFloat16)
   template void embedding_backward<T>(Context&, const std::int32_t*, const T*, float*, float*,    \
                                       int, int, int, int, int);                                   \
   template void lm_head_forward<T>(Context&, const T*, const T*, T*, int, int, int);              \
-  template void lm_head_backward<T>(Context&, const T*, const T*, const T*, T*, float*, int, int, \
-                                    int);
+  template void lm_head_backward<T>(Context&, const T*, const T*, const T*, T*, GradOut<T>, int,  \
+                                    int, int);
 TED_INSTANTIATE_LAYERS(float)
 TED_INSTANTIATE_LAYERS(Half)
 TED_INSTANTIATE_LAYERS(BFloat16)

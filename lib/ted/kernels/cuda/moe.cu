@@ -529,24 +529,35 @@ void experts_forward(Context& ctx, const T* in, const T* w1, const T* b1, const 
 // The hidden layer's gradient leaves the second layer's GEMM through the GeLU gradient epilogue,
 // rounded to T once (fp32 for fp32 storage); db1, dW1 and dIn all take it from there, so every
 // GEMM of a 16-bit step multiplies 16-bit operands on the tensor cores and accumulates in fp32,
-// as DeepSpeed and Megatron do. Weight gradients come out fp32.
+// as DeepSpeed and Megatron do. Weight gradients come out fp32, or with 16-bit gradients in T,
+// each source's GEMM rounded once into them.
 template <typename T>
 void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const T* hidden,
-                      const T* act, const T* d_out, T* d_in, float* dw1, float* db1, float* dw2,
-                      float* db2, int sources, int experts, int rows, int h, int f) {
+                      const T* act, const T* d_out, T* d_in, GradOut<T> dw1, GradOut<T> db1,
+                      GradOut<T> dw2, GradOut<T> db2, int sources, int experts, int rows, int h,
+                      int f) {
   if (sources == 0 || experts == 0 || rows == 0) return;
   const std::int64_t in_stride = static_cast<std::int64_t>(rows) * h;
   const std::int64_t mid_stride = static_cast<std::int64_t>(rows) * f;
   const std::int64_t w_stride = static_cast<std::int64_t>(h) * f;
   const int blocks = sources * experts;
   Tensor<T> d_hidden(ctx.device(), static_cast<std::size_t>(blocks) * mid_stride);
+  // A weight gradient's strided batch over the experts: into fp32, or 16-bit (beta = 1).
+  auto weight_gemms = [&](int m, int n, const T* a, int lda, std::int64_t stride_a, const T* b,
+                          int ldb, std::int64_t stride_b, GradOut<T> c, int ldc) {
+    if (c.low)
+      gemm_batched<T>(ctx, true, false, m, n, rows, 1.0f, a, lda, stride_a, b, ldb, stride_b, 1.0f,
+                      c.low, ldc, w_stride, experts);
+    else
+      gemm_batched_f32_out<T>(ctx, true, false, m, n, rows, 1.0f, a, lda, stride_a, b, ldb,
+                              stride_b, 1.0f, c.master, ldc, w_stride, experts);
+  };
   // Second layer: dW2 += act^T dOut (every source adds into the same experts), db2 += sums,
   // dHidden = (dOut W2^T) * gelu'(hidden).
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
-    gemm_batched_f32_out<T>(ctx, true, false, f, h, rows, 1.0f, act + first * mid_stride, f,
-                            mid_stride, d_out + first * in_stride, h, in_stride, 1.0f, dw2, h,
-                            w_stride, experts);
+    weight_gemms(f, h, act + first * mid_stride, f, mid_stride, d_out + first * in_stride, h,
+                 in_stride, dw2, h);
     GemmEpilogue<T> e;
     e.kind = Epilogue::dgelu;
     e.aux = const_cast<T*>(hidden + first * mid_stride);  // read only: dgelu reads its aux
@@ -555,14 +566,13 @@ void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const
     gemm_fused<T>(ctx, false, true, rows, f, h, d_out + first * in_stride, h, in_stride, w2, h,
                   w_stride, d_hidden.data() + first * mid_stride, f, mid_stride, experts, e);
   }
-  bias_grad<T>(ctx, d_out, db2, blocks * rows, h, rows, experts);
-  bias_grad<T>(ctx, d_hidden.data(), db1, blocks * rows, f, rows, experts);
+  bias_grad_into<T>(ctx, d_out, db2, blocks * rows, h, rows, experts);
+  bias_grad_into<T>(ctx, d_hidden.data(), db1, blocks * rows, f, rows, experts);
   // First layer: dW1 += in^T dHidden, dIn = dHidden W1^T.
   for (int s = 0; s < sources; ++s) {
     const std::int64_t first = static_cast<std::int64_t>(s) * experts;
-    gemm_batched_f32_out<T>(ctx, true, false, h, f, rows, 1.0f, in + first * in_stride, h,
-                            in_stride, d_hidden.data() + first * mid_stride, f, mid_stride, 1.0f,
-                            dw1, f, w_stride, experts);
+    weight_gemms(h, f, in + first * in_stride, h, in_stride, d_hidden.data() + first * mid_stride,
+                 f, mid_stride, dw1, f);
     gemm_batched<T>(ctx, false, true, rows, h, f, 1.0f, d_hidden.data() + first * mid_stride, f,
                     mid_stride, w1, f, w_stride, 0.0f, d_in + first * in_stride, h, in_stride,
                     experts);
@@ -581,8 +591,8 @@ void experts_backward(Context& ctx, const T* in, const T* w1, const T* w2, const
   template void experts_forward<T>(Context&, const T*, const T*, const T*, const T*, T*, T*, T*,  \
                                    int, int, int, int, int);                                      \
   template void experts_backward<T>(Context&, const T*, const T*, const T*, const T*, const T*,   \
-                                    const T*, T*, float*, float*, float*, float*, int, int, int,  \
-                                    int, int);
+                                    const T*, T*, GradOut<T>, GradOut<T>, GradOut<T>, GradOut<T>, \
+                                    int, int, int, int, int);
 TED_INSTANTIATE_MOE(float)
 TED_INSTANTIATE_MOE(Half)
 TED_INSTANTIATE_MOE(BFloat16)
