@@ -517,4 +517,23 @@ TEMPLATE_TEST_CASE("parameter gradients into 16-bit storage, each call rounded o
                               GradOut<T>::storage(gdbeta.data()), n, h);
   CHECK_CLOSE_TO_REFERENCE(T, download(gdg), want(stored_g, dg));
   CHECK_CLOSE_TO_REFERENCE(T, download(gdbeta), want(stored_beta, dbeta));
+
+  // The embeddings: each table row's tokens (each position's sequences) summed, then added in
+  // once. A slice of the vocabulary (words 3 .. 9): the other tokens add nothing.
+  const int vocab = 11, seq = 7, rows = 21, eh = 13, first_word = 3, words = 7;
+  auto edx = rounded<T>(random_vector(rows * eh, 71));
+  std::vector<std::int32_t> tokens(rows);
+  for (int i = 0; i < rows; ++i) tokens[i] = (i * 5 + 3) % vocab;
+  std::vector<float> dtok(vocab * eh, 0.0f), dpos(seq * eh, 0.0f);
+  cpu::embedding_backward(tokens.data(), edx.data(), dtok.data(), dpos.data(), rows, seq, eh);
+  const std::vector<float> dslice(dtok.begin() + first_word * eh,
+                                  dtok.begin() + (first_word + words) * eh);
+  auto stored_tok = rounded<T>(random_vector(words * eh, 73, 3.0f));
+  auto stored_pos = rounded<T>(random_vector(seq * eh, 72, 3.0f));
+  auto gtokens = upload_i32(tokens);
+  auto gedx = upload<T>(edx), gdtok = upload<T>(stored_tok), gdpos = upload<T>(stored_pos);
+  ops<T>().embedding_backward(gtokens.data(), gedx.data(), GradOut<T>::storage(gdtok.data()),
+                              GradOut<T>::storage(gdpos.data()), rows, seq, eh, first_word, words);
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdtok), want(stored_tok, dslice));
+  CHECK_CLOSE_TO_REFERENCE(T, download(gdpos), want(stored_pos, dpos));
 }

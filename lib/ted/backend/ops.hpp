@@ -10,8 +10,7 @@
 // fp32 (fp64 for fp64). In fp32 the weight copy is the master. Weight gradients (GradOut,
 // core/grad_out.hpp) are M buffers the backward kernels accumulate into, or with 16-bit gradients
 // (training.grad_dtype) the T buffers themselves, each call's contribution summed in M and
-// rounded once into them. The embedding's scatter-add takes M buffers only (many tokens add
-// into one row): with 16-bit gradients the model gives it an M stage and `accumulate`s that.
+// rounded once into them (the embedding's scatter-add a table row's tokens at a time).
 //
 // Shapes and conventions are those of kernels/cpu/layers.hpp: rows are tokens, weights are
 // [in, out] (y = x W + b), backward functions accumulate (+=) into parameter gradients and into
@@ -87,11 +86,13 @@ class Ops {
   // x[i] = tok[tokens[i] - first_word] + pos[i mod seq]; backward accumulates into both tables.
   // tok holds the rows of the words first_word .. first_word + words - 1 (the whole vocabulary,
   // or a tensor rank's slice of the vocabulary-parallel embedding): a token outside them gives a
-  // zero row and no gradient here. pos (dpos) may be null: nothing added (no gradient).
+  // zero row and no gradient here. pos (dpos) may be null: nothing added (no gradient). Into
+  // 16-bit gradients each row of a table gets its tokens' (positions') sum, in M, rounded once.
   virtual void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x,
                                  int n, int seq, int h, int first_word, int words) = 0;
-  virtual void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n,
-                                  int seq, int h, int first_word, int words) = 0;
+  virtual void embedding_backward(const std::int32_t* tokens, const T* dx, GradOut<T> dtok,
+                                  GradOut<T> dpos, int n, int seq, int h, int first_word,
+                                  int words) = 0;
   // The output layer on the embedding table it is tied to, table [rows, h] as the embedding
   // keeps it: logits [n, rows] = x table^T. Backward: dx += d_logits table (if dx), d_table +=
   // d_logits^T x.

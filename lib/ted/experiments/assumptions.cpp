@@ -51,8 +51,8 @@ void write_assumptions(const std::string& csv, const projection::Cluster& c,
        : sixteen_bit_gradients
            ? "mixed precision as DeepSpeed's fp16 ZeRO-1: 16-bit weights, activations,\n"
              "  messages and gradients (each kernel's contribution summed in fp32 and rounded\n"
-             "  into them once, the embedding's through an fp32 stage; reduced in 16-bit); fp32\n"
-             "  master weights and Adam state in the ZeRO-1 shard"
+             "  into them once; reduced in 16-bit); fp32 master weights and Adam state in the\n"
+             "  ZeRO-1 shard"
            : "mixed precision: 16-bit weights, activations and messages, fp32 gradients,\n"
              "  master weights and Adam state");
   line("Gating: top-%d, capacity factor %.3g, min capacity %d, capacity from the formula.\n",
@@ -66,10 +66,9 @@ std::string memory_terms(const std::vector<Point>& points, const projection::Clu
       "Memory per rank (the memory model, lib/ted/projection/memory.hpp), per point: N_d and "
       "N_e\n"
       "  the non-expert and expert parameters a rank holds (split over T, experts over Ep);\n"
-      "  persistent: weights w N, gradients g N (16-bit gradients: plus the embedding's fp32\n"
-      "  stage during its backward), optimizer state (m, v, and the fp32 master in mixed precision) over\n"
-      "  each part's data group (Ep D for N_d, D for N_e: T D when the experts are whole on\n"
-      "  every tensor rank) with ZeRO-1; then the larger phase:\n"
+      "  persistent: weights w N, gradients g N, optimizer state (m, v, and the fp32 master in\n"
+      "  mixed precision) over each part's data group (Ep D for N_d, D for N_e: T D when the experts\n"
+      "  are whole on every tensor rank) with ZeRO-1; then the larger phase:\n"
       "  training (activations with checkpointing, the CAC stash, the exchange's buffers) or the\n"
       "  optimizer step (its fp32 tile and shard buffers). paper: (w + g + s/(Ep D)) N_d +\n"
       "  (w + g + s/D) N_e, the paper's count (s = 12 in mixed precision), for comparison.\n";
@@ -93,14 +92,13 @@ std::string memory_terms(const std::vector<Point>& points, const projection::Clu
     auto gb = [](double bytes) { return bytes / 1e9; };
     std::snprintf(
         buffer, sizeof buffer,
-        "  %s %s %s: N_d %.4g, N_e %.4g; weights %.3f GB, gradients %.3f GB (+ stage %.3f),"
+        "  %s %s %s: N_d %.4g, N_e %.4g; weights %.3f GB, gradients %.3f GB,"
         " optimizer state %.3f GB, activations %.3f GB, CAC stash %.3f GB, communication %.3f"
         " GB, optimizer tile %.3f GB; total %.3f GB of %.3f GB: %s; paper %.3f GB\n",
         point.system.name.c_str(), point.layout.to_string().c_str(), point.model_name.c_str(),
         static_cast<double>(parts.dense), static_cast<double>(parts.expert),
         gb(static_cast<double>(e.of(MemoryCategory::parameters))),
         gb(static_cast<double>(gradients)),
-        gb(static_cast<double>(e.of(MemoryCategory::gradients) - gradients)),
         gb(static_cast<double>(e.of(MemoryCategory::optimizer_state))),
         gb(static_cast<double>(e.of(MemoryCategory::activations))),
         gb(static_cast<double>(e.of(MemoryCategory::cac_stash))),

@@ -92,7 +92,6 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
   lnf_g_ = specs.id("lnf.g");
   lnf_b_ = specs.id("lnf.b");
   if (!tied_) lm_head_ = specs.id("lm_head.w");
-  embedding_stage_ = specs.embedding;
   params_.allocate(*ops_, config_.seed, config_.init_std, parallel_.dense_pad, parallel_.expert_pad,
                    config_.grad_dtype);
 }
@@ -532,12 +531,8 @@ void GptModel<T>::backward(M loss_scale) {
     acts_[l] = BlockActs{};
     std::swap(d_x, d_prev);
   }
-  // The embedding's scatter-add sums many tokens into a row in M: with 16-bit gradients, into an
-  // M stage of the embedding's tensors, added into their gradients once.
-  params_.open_stage(embedding_stage_.first, embedding_stage_.second);
-  ops.embedding_backward(token_ids_.data(), d_x.data(), params_.grad(tok_emb_),
-                         params_.grad(pos_emb_), tokens_, S, h, first_word_, words_);
-  params_.close_stage();
+  ops.embedding_backward(token_ids_.data(), d_x.data(), params_.gradient(tok_emb_),
+                         params_.gradient(pos_emb_), tokens_, S, h, first_word_, words_);
   acts_.clear();
   token_ids_ = Tensor<std::int32_t>();
   target_ids_ = Tensor<std::int32_t>();

@@ -10,7 +10,7 @@
 // backend's kernel table (backend/ops.hpp) and never touches a buffer element. T is the storage
 // type of activations and weight copies: float (the reference), double (the gradient checks),
 // BFloat16 or Half (mixed precision: gradients in the master type, fp32, or with
-// grad_dtype = the storage type 16-bit, staged a group of tensors at a time). Split over a TED
+// grad_dtype = the storage type 16-bit, each kernel's contribution rounded in once). Split over a TED
 // grid (ModelParallel) it runs Megatron tensor parallelism and the MoE exchange.
 // With checkpointing a block keeps only its input and recomputes the rest in backward, through
 // the same code, so results are bit-identical.
@@ -161,7 +161,6 @@ class GptModel {
   std::string attention_;
   ParamSet<T> params_;
   int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_ = -1;  // lm_head_: untied only
-  std::pair<int, int> embedding_stage_;  // ids [first, end): 16-bit gradients' only M stage
   // The vocabulary this rank's table and logits hold: vocab_rows_ rows (columns of the logits),
   // the words first_word_ .. first_word_ + words_ - 1, the rest padding. Untied: all of it.
   bool tied_ = false;

@@ -1,7 +1,7 @@
 // The GPT's parameters, written once: every tensor's name, full shape, kind (dense or expert),
 // initialisation, weight decay and this rank's shard under a layout. The model allocates what
 // gpt_param_specs gives (gpt.cpp); the projection sums the same specs (projection/step.cpp), so
-// the parameter counts, the ZeRO-1 shards and the 16-bit gradient stages cannot drift apart.
+// the parameter counts and the ZeRO-1 shards cannot drift apart.
 // A new parameter is one line here, and its use in gpt.cpp.
 //
 // Shards (Megatron tensor parallelism, docs/algorithm.md section 3): column-parallel tensors
@@ -28,9 +28,8 @@ struct ParamShard {
 
 struct GptParamSpecs {
   std::vector<ParamSpec> specs;  // in id order: ParamSet::add returns these positions
-  // The groups of ids [first, end) whose gradients backward produces together (with 16-bit
-  // gradients, staged in fp32 a group at a time): the embeddings, each block, the head (final
-  // LayerNorm and LM head).
+  // The groups of ids [first, end) whose gradients backward produces together: the embeddings,
+  // each block, the head (final LayerNorm and LM head).
   using Ids = std::pair<int, int>;
   Ids embedding{0, 0}, head{0, 0};
   std::vector<Ids> blocks;

@@ -1,7 +1,6 @@
 #include "ted/model/params.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <type_traits>
 
 #include "ted/backend/memory.hpp"
@@ -9,10 +8,6 @@
 #include "ted/model/config.hpp"
 
 namespace ted::model {
-
-namespace {
-constexpr std::size_t kNotStaged = std::numeric_limits<std::size_t>::max();
-}  // namespace
 
 std::vector<int> ParamSpec::local_shape() const {
   std::vector<int> local = shape;
@@ -85,10 +80,8 @@ void ParamSet<T>::allocate(Ops<T>& ops, std::uint64_t seed, double init_std, std
                            std::size_t expert_pad, DataType grad_dtype) {
   Device& device = ops.device();
   device_ = &device;
-  ops_ = &ops;
   storage_gradients_ = model::gradient_type(dtype_of<T>::value, grad_dtype) != dtype_of<M>::value;
   layout_.lay_out(dense_pad, expert_pad);
-  stage_at_.assign(specs().size(), kNotStaged);
   {
     MemoryScope scope(device, MemoryCategory::parameters);
     values_ = zeros<T>(device, total());  // padding stays 0
@@ -126,56 +119,6 @@ GradOut<T> ParamSet<T>::gradient(int id) {
   const std::size_t offset = layout_.specs()[id].offset;
   if (!storage_gradients_) return GradOut<T>(grads_.data() + offset);
   return GradOut<T>::storage(low_grads_.data() + offset);
-}
-
-template <typename T>
-typename ParamSet<T>::M* ParamSet<T>::grad(int id) {
-  const std::size_t offset = layout_.specs()[id].offset;
-  if (!storage_gradients_) return grads_.data() + offset;
-  const std::size_t at = stage_at_[static_cast<std::size_t>(id)];
-  TED_CHECK(at != kNotStaged,
-            "gradient of " + layout_.specs()[id].name + " asked for outside its stage");
-  return stage_.data() + at;
-}
-
-template <typename T>
-void ParamSet<T>::open_stage(int first, int end) {
-  std::vector<int> ids;
-  for (int id = first; id < end; ++id) ids.push_back(id);
-  open_stage(ids);
-}
-
-template <typename T>
-void ParamSet<T>::open_stage(const std::vector<int>& ids) {
-  if (!storage_gradients_) return;
-  TED_CHECK(stage_runs_.empty(), "a gradient stage is already open");
-  // The tensors in flat-buffer order, contiguous ones merged into one run (one addition each).
-  std::vector<int> sorted = ids;
-  std::sort(sorted.begin(), sorted.end(),
-            [&](int a, int b) { return layout_.specs()[a].offset < layout_.specs()[b].offset; });
-  std::size_t at = 0;
-  for (int id : sorted) {
-    const ParamSpec& spec = layout_.specs()[id];
-    if (!spec.size()) continue;
-    stage_at_[static_cast<std::size_t>(id)] = at;
-    if (!stage_runs_.empty() && stage_runs_.back().offset + stage_runs_.back().size == spec.offset)
-      stage_runs_.back().size += spec.size();
-    else
-      stage_runs_.push_back({spec.offset, spec.size(), at});
-    at += spec.size();
-  }
-  MemoryScope scope(*device_, MemoryCategory::gradients);
-  stage_ = zeros<M>(*device_, at);
-}
-
-template <typename T>
-void ParamSet<T>::close_stage() {
-  if (!storage_gradients_) return;
-  for (const StageRun& run : stage_runs_)
-    ops_->accumulate(stage_.data() + run.at, low_grads_.data() + run.offset, run.size);
-  stage_runs_.clear();
-  stage_at_.assign(specs().size(), kNotStaged);
-  stage_ = Tensor<M>();
 }
 
 template class ParamSet<float>;

@@ -9,10 +9,8 @@
 // (fp32, or fp64 for fp64), or with 16-bit gradients (training.grad_dtype = the storage type,
 // DeepSpeed's 16-bit ZeRO-1) T: then each kernel call adds its contribution, summed in the master
 // type, into the 16-bit buffer, rounded once (gradient(id), core/grad_out.hpp), as autograd adds
-// each op's weight gradient into a 16-bit `.grad`. The embedding's scatter-add, which sums many
-// tokens into one row, writes the master type only: its tensors' gradients of a micro-batch go
-// into an fp32 stage (open_stage), which close_stage adds into the 16-bit buffer, rounded once,
-// and frees.
+// each op's weight gradient into a 16-bit `.grad` (the embedding's scatter-add a table row's
+// tokens at a time). No fp32 copy of any gradient is kept.
 #pragma once
 
 #include <cstdint>
@@ -89,16 +87,6 @@ class ParamSet {
   // Where a kernel adds tensor id's gradient: the gradient buffer, of the master type or with
   // 16-bit gradients of T (each call's contribution rounded into it once).
   GradOut<T> gradient(int id);
-  // Where a kernel that writes the master type only (the embedding's scatter-add) accumulates
-  // tensor id's gradient: the gradient buffer, or with 16-bit gradients the open stage, which
-  // must hold id.
-  M* grad(int id);
-  // 16-bit gradients: an fp32 stage for the tensors first .. end - 1 (ids), zeroed (one stage
-  // at a time); close_stage adds it into the gradient buffer and frees it. No-ops with gradients
-  // in the master type.
-  void open_stage(int first, int end);
-  void open_stage(const std::vector<int>& ids);  // the tensors of `ids`
-  void close_stage();
   bool storage_gradients() const { return storage_gradients_; }
   // The flat gradient buffer and its element type (M, or T with 16-bit gradients).
   void* gradient_data() {
@@ -120,18 +108,11 @@ class ParamSet {
   void zero_grads();
 
  private:
-  struct StageRun {  // a run of contiguous tensors of the flat buffers in the stage
-    std::size_t offset, size, at;
-  };
   ParamLayout layout_;
   Tensor<T> values_;
   Tensor<M> grads_;
   Tensor<T> low_grads_;  // 16-bit gradients
   bool storage_gradients_ = false;
-  Tensor<M> stage_;
-  std::vector<std::size_t> stage_at_;  // per tensor id: its place in the stage (npos: not in it)
-  std::vector<StageRun> stage_runs_;
-  Ops<T>* ops_ = nullptr;
   Device* device_ = nullptr;
 };
 

@@ -162,17 +162,10 @@ double memory_bound_bytes(const StepShape& s) {
   pass(2, 2, w * d.N * d.V);  // the loss: log-sum-exp over the logits | its gradient
   const double recompute = m.checkpoint ? layers_fwd : 0;
   // Weight gradients accumulate into their buffers once per micro-batch (read and write every
-  // element of this rank's gradients), in the master type or 16-bit; with 16-bit gradients the
-  // embedding's go through a zeroed fp32 stage first (written, read and written), which is then
-  // read and added into the 16-bit gradient.
+  // element of this rank's gradients, in the master type or 16-bit).
   const ParameterParts parts = parameter_parts(m, s.layout, d.split);
   const double gw = static_cast<double>(s.grad_bytes());
-  double accumulate = 2 * gw * static_cast<double>(parts.dense + parts.expert);
-  if (s.storage_gradients()) {
-    const model::GptParamSpecs specs = param_specs(m, s.layout, d.split);
-    const auto [dense, expert] = specs.elements(specs.embedding);
-    accumulate += 4 * mw * static_cast<double>(dense + expert);
-  }
+  const double accumulate = 2 * gw * static_cast<double>(parts.dense + parts.expert);
   return (forward + recompute + backward + accumulate) * s.micro_batches;
 }
 

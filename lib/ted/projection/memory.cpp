@@ -70,54 +70,23 @@ Sizes sizes_of(const StepShape& s) {
   return z;
 }
 
-// 16-bit gradients: every kernel adds its contribution into the 16-bit gradients directly, but
-// the embedding's scatter-add, which sums its micro-batch's tokens in an fp32 stage of the
-// embedding's tensors (model/params.hpp), open during its backward. Bytes of each stage (0
-// without 16-bit gradients; the head and the blocks stage nothing).
-struct Stages {
-  std::uint64_t head = 0, embedding = 0, largest = 0;
-  std::vector<std::uint64_t> block;
-};
-
-Stages gradient_stages(const StepShape& s, const Sizes& z) {
-  const auto& m = s.model;
-  Stages g;
-  g.block.assign(static_cast<std::size_t>(m.layers), 0);
-  if (!s.storage_gradients()) return g;
-  const model::GptParamSpecs specs = param_specs(m, s.layout, z.x.split);
-  const auto [dense, expert] = specs.elements(specs.embedding);
-  g.embedding = z.mw * (dense + expert);
-  g.largest = g.embedding;
-  return g;
-}
-
-// The activations' peak, and their peak with the gradient stage open beside them.
+// The activations' peak.
 struct ActivationPeaks {
-  std::uint64_t peak = 0, staged = 0;
+  std::uint64_t peak = 0;
   std::uint64_t saved = 0;  // what the model keeps for backward, at its largest
 };
 
-ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stages& stages) {
+ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z) {
   const auto& m = s.model;
   const std::uint64_t w = z.w, mw = z.mw, iw = z.iw, N = z.N, E = z.E, K = z.K, B = z.B, S = z.S,
                       X = z.X, hl = z.hl, Hl = z.Hl, V = z.V, fl = z.fl, full = z.full,
                       rows = z.rows, expert_hidden = z.expert_hidden,
                       expert_scratch = z.expert_scratch;
-  const std::uint64_t head_stage = stages.head, embedding_stage = stages.embedding;
-  const std::vector<std::uint64_t>& block_stage = stages.block;
-  // Replay the model's allocations in order (gpt.cpp, moe.cpp), in bytes, and
-  // keep the peak; and the peak of the activations with the gradient stage open beside them.
+  // Replay the model's allocations in order (gpt.cpp, moe.cpp), in bytes, and keep the peak.
   struct Replay {
-    std::uint64_t current = 0, peak = 0, staged = 0, peak_staged = 0;
-    void take(std::uint64_t n) {
-      peak = std::max(peak, current += n);
-      peak_staged = std::max(peak_staged, current + staged);
-    }
+    std::uint64_t current = 0, peak = 0;
+    void take(std::uint64_t n) { peak = std::max(peak, current += n); }
     void give(std::uint64_t n) { current -= n; }
-    void stage(std::uint64_t n) {  // opens (n > 0) or closes (0) a gradient stage
-      staged = n;
-      peak_staged = std::max(peak_staged, current + staged);
-    }
   } a;
   // One gating group's routing (kept with the layer's activations): probs, gate values and
   // weights in the master type, experts and slots as int32, counts, the aux loss.
@@ -164,11 +133,9 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
     a.take(mw * 3 * N);
     a.give(mw * 3 * N);
   }
-  a.stage(head_stage);
   a.take(w * X);                       // d_lnf
   a.give(w * N * V + mw * N + w * X);  // the head's backward done: logits, log-sum-exp, lnf
   a.take(w * X);                       // d_x
-  a.stage(0);
   a.give(w * X + w * X + mw * 2 * N);  // the final LayerNorm's backward done: d_lnf, its input
   a.take(w * X);                       // and statistics; d_prev
   for (int l = m.layers - 1; l >= 0; --l) {
@@ -180,7 +147,6 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
       saved =
           std::max(saved, iw * 2 * N + w * X * (l + 1) + internals[static_cast<std::size_t>(l)]);
     }
-    a.stage(block_stage[static_cast<std::size_t>(l)]);
     const std::uint64_t dropped = m.dropout > 0 ? w * X : 0;  // d_out through the FFN's mask
     a.take(dropped);
     a.take(w * X);  // d_ln2
@@ -204,12 +170,9 @@ ActivationPeaks activation_peaks(const StepShape& s, const Sizes& z, const Stage
     a.give(dropped);
     a.take(w * (3 * N * hl + X));  // d_qkv, d_ln1
     a.give(w * (X + X + N * hl + 3 * N * hl + X));
-    a.stage(0);
     a.give(internals[static_cast<std::size_t>(l)] + w * X);  // the block's activations, input
   }
-  a.stage(embedding_stage);
-  a.stage(0);
-  return {a.peak, a.peak_staged, saved};
+  return {a.peak, saved};
 }
 
 // CAC: every MoE layer's all-to-all outputs (and the all-reduce outputs) until its backward,
@@ -258,19 +221,17 @@ MemoryEstimate step_memory(const StepShape& s) {
     e.peak[static_cast<std::size_t>(c)] = bytes;
   };
 
-  // Parameters (the weights the kernels read), gradients (master type, or 16-bit, with the
-  // largest fp32 stage), Adam state (m and v, and in mixed precision the fp32 master of the
+  // Parameters (the weights the kernels read), gradients (master type, or 16-bit), Adam state (m and v, and in mixed precision the fp32 master of the
   // elements this rank updates), the optimizer's temporary tile (master type).
   const bool mixed = z.w < z.mw;
-  const Stages stages = gradient_stages(s, z);
   const std::uint64_t gradients = z.gw * (z.parts.dense + z.parts.expert);
   set(MemoryCategory::parameters, z.w * (z.parts.dense + z.parts.expert));
-  set(MemoryCategory::gradients, gradients + stages.largest);
+  set(MemoryCategory::gradients, gradients);
   set(MemoryCategory::optimizer_state, (mixed ? 3 : 2) * z.mw * (z.dense_mine + z.expert_mine));
   set(MemoryCategory::optimizer_temporaries,
       z.mw * (p.tile_elems > 0 ? std::min<std::uint64_t>(p.tile_elems, z.largest_mine)
                                : z.largest_mine));
-  const ActivationPeaks a = activation_peaks(s, z, stages);
+  const ActivationPeaks a = activation_peaks(s, z);
   set(MemoryCategory::activations, a.peak);
   e.activations_saved = a.saved;
   set(MemoryCategory::cac_stash, z.w * cac_stash(s, z));
@@ -283,8 +244,7 @@ MemoryEstimate step_memory(const StepShape& s) {
   set(MemoryCategory::communication, std::max(exchange, optimizer));
 
   for (auto bytes : e.peak) e.upper_bound += bytes;
-  // The gradient stages belong to the training phase (a.staged), not to the persistent state.
-  const std::uint64_t training = a.staged + e.of(MemoryCategory::cac_stash) + exchange,
+  const std::uint64_t training = a.peak + e.of(MemoryCategory::cac_stash) + exchange,
                       stepping = e.of(MemoryCategory::optimizer_temporaries) + optimizer;
   e.total = e.of(MemoryCategory::parameters) + gradients + e.of(MemoryCategory::optimizer_state) +
             std::max(training, stepping);

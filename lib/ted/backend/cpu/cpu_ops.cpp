@@ -233,9 +233,51 @@ class CpuOps final : public Ops<T> {
         kRows);
   }
 
-  void embedding_backward(const std::int32_t* tokens, const T* dx, M* dtok, M* dpos, int n, int seq,
-                          int h, int first_word, int words) override {
+  void embedding_backward(const std::int32_t* tokens, const T* dx, GradOut<T> dtok_out,
+                          GradOut<T> dpos_out, int n, int seq, int h, int first_word,
+                          int words) override {
     TED_OP_TIMER(__func__);
+    M* dtok = dtok_out.master;
+    M* dpos = dpos_out.master;
+    if (dtok_out.low) {  // 16-bit: each word's rows summed in row order, added in once
+      std::vector<std::int32_t> order;  // the rows of this slice's words, by word, in row order
+      for (int i = 0; i < n; ++i)
+        if (tokens[i] - first_word >= 0 && tokens[i] - first_word < words) order.push_back(i);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::int32_t a, std::int32_t b) { return tokens[a] < tokens[b]; });
+      T* low = dtok_out.low;
+      parallel_for(
+          h,
+          [&](std::int64_t first, std::int64_t last) {
+            for (std::size_t s = 0; s < order.size();) {
+              std::size_t e = s + 1;
+              while (e < order.size() && tokens[order[e]] == tokens[order[s]]) ++e;
+              T* row = low + static_cast<std::int64_t>(tokens[order[s]] - first_word) * h;
+              for (std::int64_t j = first; j < last; ++j) {
+                M sum = 0;
+                for (std::size_t k = s; k < e; ++k)
+                  sum += widen(dx[static_cast<std::int64_t>(order[k]) * h + j]);
+                row[j] = narrow<T>(widen(row[j]) + sum);
+              }
+              s = e;
+            }
+          },
+          64);
+    }
+    if (dpos_out.low) {  // 16-bit: each position's sum over the sequences, added in once
+      T* low = dpos_out.low;
+      parallel_for(
+          static_cast<std::int64_t>(seq) * h,
+          [&](std::int64_t first, std::int64_t last) {
+            for (std::int64_t k = first; k < last; ++k) {
+              M sum = 0;
+              for (std::int64_t i = k / h; i < n; i += seq) sum += widen(dx[i * h + k % h]);
+              low[k] = narrow<T>(widen(low[k]) + sum);
+            }
+          },
+          64);
+    }
+    if (!dtok && !dpos) return;
     // Rows scatter into shared table rows: parallel over columns instead, each column summed
     // in row order by one thread (the serial loop's result).
     parallel_for(
@@ -244,7 +286,8 @@ class CpuOps final : public Ops<T> {
           for (int i = 0; i < n; ++i) {
             const T* g = dx + static_cast<std::int64_t>(i) * h;
             const int row = tokens[i] - first_word;
-            M* t = row >= 0 && row < words ? dtok + static_cast<std::int64_t>(row) * h : nullptr;
+            M* t = dtok && row >= 0 && row < words ? dtok + static_cast<std::int64_t>(row) * h
+                                                   : nullptr;
             M* p = dpos ? dpos + static_cast<std::int64_t>(i % seq) * h : nullptr;
             for (std::int64_t j = first; j < last; ++j) {
               if (t) t[j] += widen(g[j]);

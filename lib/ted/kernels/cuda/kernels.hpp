@@ -223,8 +223,8 @@ template <typename T>
 void embedding_forward(Context& ctx, const std::int32_t* tokens, const T* tok, const T* pos, T* x,
                        int n, int seq, int h, int first_word, int words);
 template <typename T>
-void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, float* dtok,
-                        float* dpos, int n, int seq, int h, int first_word, int words);
+void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, GradOut<T> dtok,
+                        GradOut<T> dpos, int n, int seq, int h, int first_word, int words);
 // The output layer on its tied embedding table [rows, h]: logits = x table^T; backward
 // dx += d_logits table (if dx), d_table += d_logits^T x (fp32).
 template <typename T>

@@ -1,7 +1,10 @@
 // The dense layers on the GPU: conversions, bias, initialisation, linear, LayerNorm, GeLU,
 // causal attention (materialised here, fused in flash_attention.cuh), cross-entropy and the
 // embedding. The same shapes and conventions as kernels/cpu/layers.cpp (backend/ops.hpp).
+#include <cub/device/device_radix_sort.cuh>
+
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "ted/core/random.hpp"
@@ -500,8 +503,51 @@ __global__ void embedding_backward_kernel(const std::int32_t* tokens, const T* d
     const std::size_t row = i / h, col = i % h;
     const float g = load(dx[i]);
     const int word = tokens[row] - first_word;
-    if (word >= 0 && word < words) atomicAdd(dtok + static_cast<std::size_t>(word) * h + col, g);
+    if (dtok && word >= 0 && word < words) atomicAdd(dtok + static_cast<std::size_t>(word) * h + col, g);
     if (dpos) atomicAdd(dpos + (row % seq) * h + col, g);
+  }
+}
+
+// 16-bit position gradients: each position's sum over the sequences (rows p, p + seq, ...) in
+// fp32, added into the 16-bit gradient once.
+template <typename T>
+__global__ void position_grad_kernel(const T* dx, T* dpos, int n, int seq, int h) {
+  const std::size_t count = static_cast<std::size_t>(seq) * h;
+  TED_GRID_STRIDE(k, count) {
+    float sum = 0.0f;
+    for (std::size_t i = k / h; i < static_cast<std::size_t>(n); i += seq)
+      sum += load(dx[i * h + k % h]);
+    dpos[k] = store<T>(load(dpos[k]) + sum);
+  }
+}
+
+// 16-bit token-table gradients: the rows sorted by word (keys: the word in this slice, or
+// kNoWord for a token outside it), then per (first row of a word, column) the word's rows
+// summed in fp32 in row order, added into the 16-bit row once.
+constexpr std::uint32_t kNoWord = 0xffffffffu;
+
+__global__ void word_keys_kernel(const std::int32_t* tokens, std::uint32_t* keys,
+                                 std::int32_t* rows, int n, int first_word, int words) {
+  TED_GRID_STRIDE(i, static_cast<std::size_t>(n)) {
+    const int word = tokens[i] - first_word;
+    keys[i] = word >= 0 && word < words ? static_cast<std::uint32_t>(word) : kNoWord;
+    rows[i] = static_cast<std::int32_t>(i);
+  }
+}
+
+template <typename T>
+__global__ void word_grad_kernel(const std::uint32_t* keys, const std::int32_t* rows, const T* dx,
+                                 T* dtok, int n, int h) {
+  const std::size_t count = static_cast<std::size_t>(n) * h;
+  TED_GRID_STRIDE(k, count) {
+    const std::size_t at = k / h, col = k % h;
+    const std::uint32_t word = keys[at];
+    if (word == kNoWord || (at > 0 && keys[at - 1] == word)) continue;  // not a word's first row
+    float sum = 0.0f;
+    for (std::size_t e = at; e < static_cast<std::size_t>(n) && keys[e] == word; ++e)
+      sum += load(dx[static_cast<std::size_t>(rows[e]) * h + col]);
+    T* out = dtok + static_cast<std::size_t>(word) * h + col;
+    *out = store<T>(load(*out) + sum);
   }
 }
 
@@ -924,12 +970,46 @@ void accumulate(Context& ctx, const float* g, T* grad, std::size_t count) {
 }
 
 template <typename T>
-void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, float* dtok,
-                        float* dpos, int n, int seq, int h, int first_word, int words) {
+void embedding_backward(Context& ctx, const std::int32_t* tokens, const T* dx, GradOut<T> dtok,
+                        GradOut<T> dpos, int n, int seq, int h, int first_word, int words) {
   const std::size_t count = static_cast<std::size_t>(n) * h;
   if (!count) return;
-  launch<embedding_backward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), tokens, dx,
-                                       dtok, dpos, n, seq, h, first_word, words);
+  if (dtok.master || dpos.master)
+    launch<embedding_backward_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), tokens, dx,
+                                         dtok.master, dpos.master, n, seq, h, first_word, words);
+  if (dtok.low) {
+    const std::size_t rows = static_cast<std::size_t>(n);
+    std::size_t sort_bytes = 0;
+    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(
+        nullptr, sort_bytes, static_cast<const std::uint32_t*>(nullptr),
+        static_cast<std::uint32_t*>(nullptr), static_cast<const std::int32_t*>(nullptr),
+        static_cast<std::int32_t*>(nullptr), n, 0, 32, stream(ctx)));
+    // keys, sorted keys, rows, sorted rows, the sort's storage (each 256-byte aligned)
+    auto aligned = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+    DeviceBuffer work(ctx.device(), 4 * aligned(4 * rows) + aligned(sort_bytes));
+    char* at = static_cast<char*>(work.data());
+    auto take = [&](std::size_t bytes) {
+      void* p = at;
+      at += aligned(bytes);
+      return p;
+    };
+    auto* keys = static_cast<std::uint32_t*>(take(4 * rows));
+    auto* sorted_keys = static_cast<std::uint32_t*>(take(4 * rows));
+    auto* order = static_cast<std::int32_t*>(take(4 * rows));
+    auto* sorted_order = static_cast<std::int32_t*>(take(4 * rows));
+    void* sort_temp = take(sort_bytes);
+    launch<word_keys_kernel>(blocks_for(rows), kThreads, 0, stream(ctx), tokens, keys, order, n,
+                             first_word, words);
+    TED_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, keys, sorted_keys, order,
+                                                   sorted_order, n, 0, 32, stream(ctx)));
+    launch<word_grad_kernel<T>>(blocks_for(count), kThreads, 0, stream(ctx), sorted_keys,
+                                sorted_order, dx, dtok.low, n, h);
+  }
+  if (dpos.low) {
+    const std::size_t positions = static_cast<std::size_t>(seq) * h;
+    launch<position_grad_kernel<T>>(blocks_for(positions), kThreads, 0, stream(ctx), dx, dpos.low,
+                                    n, seq, h);
+  }
 }
 
 #define TED_INSTANTIATE_CONVERT(A, B) \
@@ -987,8 +1067,8 @@ TED_INSTANTIATE_CONVERT_FROM(BFloat16)
                                           float*, int, int, int, int);                            \
   template void embedding_forward<T>(Context&, const std::int32_t*, const T*, const T*, T*, int,  \
                                      int, int, int, int);                                         \
-  template void embedding_backward<T>(Context&, const std::int32_t*, const T*, float*, float*,    \
-                                      int, int, int, int, int);                                   \
+  template void embedding_backward<T>(Context&, const std::int32_t*, const T*, GradOut<T>,       \
+                                      GradOut<T>, int, int, int, int, int);                       \
   template void lm_head_forward<T>(Context&, const T*, const T*, T*, int, int, int);              \
   template void lm_head_backward<T>(Context&, const T*, const T*, const T*, T*, GradOut<T>, int,  \
                                     int, int);
