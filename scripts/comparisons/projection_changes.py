@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The paper's projected points, a git revision's committed CSVs against the checkout's
 (scripts/project.sh writes them to results/projection/), as docs/projection_changes.md lists
-them: per experiment, every point whose memory or fits verdict moved, with its gradients' and
-total peak old and new (GB per rank), and a line for the points that did not move.
+them: per experiment, every point whose time, memory or fits verdict moved, with its step time
+(s), its gradients' and total peak (GB per rank) old and new, and a line for the points that did
+not move.
     scripts/comparisons/projection_changes.py <revision> [experiment CSV stems...]
 Default stems: the weak and strong scaling, the fixed 6.7B-4E strong scaling, the ablation, the
 largest model and the optimizer spike."""
@@ -31,6 +32,17 @@ def key(row):
     return (row["system"], row["G"], row["T"], row["Ep"], row["D"], row["model"])
 
 
+def keyed(rows_):
+    """Each row by its point, and its place among the rows of the same point (the optimizer
+    spike's tiled and untiled step share one)."""
+    seen, out = {}, {}
+    for r in rows_:
+        k = key(r)
+        seen[k] = seen.get(k, 0) + 1
+        out[k + (seen[k],)] = r
+    return out
+
+
 def gb(row, column):
     return int(row[column]) / 1e9
 
@@ -46,23 +58,25 @@ def main():
                                       check=True, capture_output=True, text=True).stdout
         except subprocess.CalledProcessError:
             sys.exit(f"projection_changes.py: {path} is not in revision {revision}")
-        old = {key(r): r for r in rows(old_text)}
-        new = rows((ROOT / path).read_text())
+        old = keyed(rows(old_text))
+        new = keyed(rows((ROOT / path).read_text()))
         print(f"### {STEMS.get(stem, stem)}\n")
-        print("| system | G | T | Ep | D | model | gradients old/new (GB) | peak old (GB) "
-              "| peak new (GB) | new/old | fits old/new |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| system | G | T | Ep | D | model | step time old/new (s) | gradients old/new (GB) "
+              "| peak old (GB) | peak new (GB) | new/old | fits old/new |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         unmoved, missing = 0, 0
-        for r in new:
-            o = old.get(key(r))
+        for k, r in new.items():
+            o = old.get(k)
             if o is None:
                 missing += 1
                 continue
-            same = all(o[c] == r[c] for c in ("peak_gradients_bytes", "peak_total_bytes", "fits"))
+            same = all(o[c] == r[c] for c in ("time_ms_median", "peak_gradients_bytes",
+                                              "peak_total_bytes", "fits"))
             if same:
                 unmoved += 1
                 continue
-            print(f"| {' | '.join(key(r))} | {gb(o, 'peak_gradients_bytes'):.2f}/"
+            print(f"| {' | '.join(key(r))} | {float(o['time_ms_median']) / 1e3:.2f}/"
+                  f"{float(r['time_ms_median']) / 1e3:.2f} | {gb(o, 'peak_gradients_bytes'):.2f}/"
                   f"{gb(r, 'peak_gradients_bytes'):.2f} | {gb(o, 'peak_total_bytes'):.2f} | "
                   f"{gb(r, 'peak_total_bytes'):.2f} | "
                   f"{int(r['peak_total_bytes']) / int(o['peak_total_bytes']):.3f} | "

@@ -502,10 +502,12 @@ TEMPLATE_TEST_CASE("parameter gradients into 16-bit storage, each call rounded o
   std::vector<float> y(n * h), mean(n), rstd(n), ldx(n * h, 0.0f), dg(h, 0.0f), dbeta(h, 0.0f);
   cpu::layernorm_forward(lx.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(),
                          n, h);
-  cpu::layernorm_backward(lx.data(), gamma.data(), mean.data(), rstd.data(), ldy.data(),
-                          ldx.data(), dg.data(), dbeta.data(), n, h);
-  auto stored_g = rounded<T>(random_vector(h, 69, 3.0f)), stored_beta = rounded<T>(random_vector(h, 70, 3.0f));
-  auto glx = upload<T>(lx), gldy = upload<T>(ldy), ggamma = upload<T>(gamma), gbeta = upload<T>(beta);
+  cpu::layernorm_backward(lx.data(), gamma.data(), mean.data(), rstd.data(), ldy.data(), ldx.data(),
+                          dg.data(), dbeta.data(), n, h);
+  auto stored_g = rounded<T>(random_vector(h, 69, 3.0f)),
+       stored_beta = rounded<T>(random_vector(h, 70, 3.0f));
+  auto glx = upload<T>(lx), gldy = upload<T>(ldy), ggamma = upload<T>(gamma),
+       gbeta = upload<T>(beta);
   auto gdg = upload<T>(stored_g), gdbeta = upload<T>(stored_beta);
   Tensor<T> gy(device(), y.size());
   Tensor<T> gldx = zeros<T>(device(), ldx.size());

@@ -67,8 +67,8 @@ std::string memory_terms(const std::vector<Point>& points, const projection::Clu
       "N_e\n"
       "  the non-expert and expert parameters a rank holds (split over T, experts over Ep);\n"
       "  persistent: weights w N, gradients g N, optimizer state (m, v, and the fp32 master in\n"
-      "  mixed precision) over each part's data group (Ep D for N_d, D for N_e: T D when the experts\n"
-      "  are whole on every tensor rank) with ZeRO-1; then the larger phase:\n"
+      "  mixed precision) over each part's data group (Ep D for N_d, D for N_e: T D when the\n"
+      "  experts are whole on every tensor rank) with ZeRO-1; then the larger phase:\n"
       "  training (activations with checkpointing, the CAC stash, the exchange's buffers) or the\n"
       "  optimizer step (its fp32 tile and shard buffers). paper: (w + g + s/(Ep D)) N_d +\n"
       "  (w + g + s/D) N_e, the paper's count (s = 12 in mixed precision), for comparison.\n";

@@ -368,7 +368,8 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   Tensor<T> d_mid(device_, Nh);
   device_.copy(d_mid.data(), d_out, Nh * sizeof(T));  // residual
   ops.layernorm_backward(a.mid.data(), P.value(ids.ln2_g), a.ln2_mean.data(), a.ln2_rstd.data(),
-                         d_ln2.data(), d_mid.data(), P.gradient(ids.ln2_g), P.gradient(ids.ln2_b), N, h);
+                         d_ln2.data(), d_mid.data(), P.gradient(ids.ln2_g), P.gradient(ids.ln2_b),
+                         N, h);
   Tensor<T> d_att = zeros<T>(device_, static_cast<std::size_t>(N) * hl);
   {  // the attention block's output gradient, through its dropout mask
     Tensor<T> d_proj_dropped;

@@ -10,10 +10,10 @@
 // backend's kernel table (backend/ops.hpp) and never touches a buffer element. T is the storage
 // type of activations and weight copies: float (the reference), double (the gradient checks),
 // BFloat16 or Half (mixed precision: gradients in the master type, fp32, or with
-// grad_dtype = the storage type 16-bit, each kernel's contribution rounded in once). Split over a TED
-// grid (ModelParallel) it runs Megatron tensor parallelism and the MoE exchange.
-// With checkpointing a block keeps only its input and recomputes the rest in backward, through
-// the same code, so results are bit-identical.
+// grad_dtype = the storage type 16-bit, each kernel's contribution rounded in once). Split over a
+// TED grid (ModelParallel) it runs Megatron tensor parallelism and the MoE exchange. With
+// checkpointing a block keeps only its input and recomputes the rest in backward, through the same
+// code, so results are bit-identical.
 #pragma once
 
 #include <algorithm>

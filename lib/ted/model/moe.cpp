@@ -257,8 +257,7 @@ routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape&
 template <typename T>
 void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& shape,
                   const MoeParams<T>& params, const ExchangeSetup& setup,
-                  const MoeActivations<T>& acts, master_t<T> aux_scale,
-                  const MoeGrads<T>& grads) {
+                  const MoeActivations<T>& acts, master_t<T> aux_scale, const MoeGrads<T>& grads) {
   using M = master_t<T>;
   Device& device = ops.device();
   const routing::Routing<M>& r = acts.routing;
@@ -319,14 +318,14 @@ double moe_forward_flops(const MoeShape& shape, int local_expert_rows) {
   return gate + ffn;
 }
 
-#define TED_INSTANTIATE_MOE(T)                                                                     \
-  template routing::RoutingStats moe_forward<T>(Ops<T>&, const T*, T*, const MoeShape&,            \
-                                                const routing::GateConfig&,                        \
-                                                const routing::RoutingKey&, const MoeParams<T>&,   \
-                                                const ExchangeSetup&, MoeActivations<T>&, bool);   \
-  template void moe_backward<T>(                                                                   \
-      Ops<T>&, const T*, const T*, T*, const MoeShape&, const MoeParams<T>&, const ExchangeSetup&, \
-      const MoeActivations<T>&, master_t<T>, const MoeGrads<T>&);
+#define TED_INSTANTIATE_MOE(T)                                                                   \
+  template routing::RoutingStats moe_forward<T>(Ops<T>&, const T*, T*, const MoeShape&,          \
+                                                const routing::GateConfig&,                      \
+                                                const routing::RoutingKey&, const MoeParams<T>&, \
+                                                const ExchangeSetup&, MoeActivations<T>&, bool); \
+  template void moe_backward<T>(Ops<T>&, const T*, const T*, T*, const MoeShape&,                \
+                                const MoeParams<T>&, const ExchangeSetup&,                       \
+                                const MoeActivations<T>&, master_t<T>, const MoeGrads<T>&);
 TED_INSTANTIATE_MOE(float)
 TED_INSTANTIATE_MOE(double)
 TED_INSTANTIATE_MOE(Half)

@@ -73,8 +73,7 @@ routing::RoutingStats moe_forward(Ops<T>& ops, const T* x, T* y, const MoeShape&
 template <typename T>
 void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& shape,
                   const MoeParams<T>& params, const ExchangeSetup& setup,
-                  const MoeActivations<T>& acts, master_t<T> aux_scale,
-                  const MoeGrads<T>& grads);
+                  const MoeActivations<T>& acts, master_t<T> aux_scale, const MoeGrads<T>& grads);
 
 // GEMM FLOPs of this rank's share of the layer's forward (backward is twice this).
 double moe_forward_flops(const MoeShape& shape, int local_expert_rows);

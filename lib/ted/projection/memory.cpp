@@ -221,8 +221,9 @@ MemoryEstimate step_memory(const StepShape& s) {
     e.peak[static_cast<std::size_t>(c)] = bytes;
   };
 
-  // Parameters (the weights the kernels read), gradients (master type, or 16-bit), Adam state (m and v, and in mixed precision the fp32 master of the
-  // elements this rank updates), the optimizer's temporary tile (master type).
+  // Parameters (the weights the kernels read), gradients (master type, or 16-bit), Adam state (m
+  // and v, and in mixed precision the fp32 master of the elements this rank updates), the
+  // optimizer's temporary tile (master type).
   const bool mixed = z.w < z.mw;
   const std::uint64_t gradients = z.gw * (z.parts.dense + z.parts.expert);
   set(MemoryCategory::parameters, z.w * (z.parts.dense + z.parts.expert));

@@ -5,8 +5,8 @@
 // the tracking allocator's peaks of real runs on the CPU backend (within 5%). With 16-bit
 // elements (element_bytes 2) it is mixed precision as the trainer runs it: 16-bit weights,
 // activations and messages; fp32 gradients, or 16-bit ones (model.grad_dtype, as DeepSpeed's
-// 16-bit ZeRO-1), the kernels rounding each contribution into them; the fp32 master of this rank's shard with Adam's m and v (12 bytes an element); an
-// fp32 gradient tile in the optimizer step.
+// 16-bit ZeRO-1), the kernels rounding each contribution into them; the fp32 master of this rank's
+// shard with Adam's m and v (12 bytes an element); an fp32 gradient tile in the optimizer step.
 #pragma once
 
 #include <array>

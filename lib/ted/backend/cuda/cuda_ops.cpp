@@ -76,9 +76,8 @@ class CudaOps final : public Ops<T> {
                          int seq, int h, int first_word, int words) override {
     kc::embedding_forward<T>(ctx_, tokens, tok, pos, x, n, seq, h, first_word, words);
   }
-  void embedding_backward(const std::int32_t* tokens, const T* dx, GradOut<T> dtok,
-                          GradOut<T> dpos, int n, int seq, int h, int first_word,
-                          int words) override {
+  void embedding_backward(const std::int32_t* tokens, const T* dx, GradOut<T> dtok, GradOut<T> dpos,
+                          int n, int seq, int h, int first_word, int words) override {
     kc::embedding_backward<T>(ctx_, tokens, dx, dtok, dpos, n, seq, h, first_word, words);
   }
   void lm_head_forward(const T* x, const T* table, T* logits, int n, int h, int rows) override {

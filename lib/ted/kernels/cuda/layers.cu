@@ -503,7 +503,8 @@ __global__ void embedding_backward_kernel(const std::int32_t* tokens, const T* d
     const std::size_t row = i / h, col = i % h;
     const float g = load(dx[i]);
     const int word = tokens[row] - first_word;
-    if (dtok && word >= 0 && word < words) atomicAdd(dtok + static_cast<std::size_t>(word) * h + col, g);
+    if (dtok && word >= 0 && word < words)
+      atomicAdd(dtok + static_cast<std::size_t>(word) * h + col, g);
     if (dpos) atomicAdd(dpos + (row % seq) * h + col, g);
   }
 }
@@ -761,8 +762,8 @@ void layernorm_backward(Context& ctx, const T* x, const T* gamma, const float* m
                                             dy, dx, h);
   // 16-bit gradients: gamma's and beta's column sums in an fp32 scratch [2, h], added in once.
   const bool low = dgamma_out.low || dbeta_out.low;
-  Tensor<float> sums = low ? zeros<float>(ctx.device(), 2 * static_cast<std::size_t>(h))
-                           : Tensor<float>();
+  Tensor<float> sums =
+      low ? zeros<float>(ctx.device(), 2 * static_cast<std::size_t>(h)) : Tensor<float>();
   float* dgamma = low ? sums.data() : dgamma_out.master;
   float* dbeta = low ? sums.data() + h : dbeta_out.master;
   const int chunk = row_chunk(n);
@@ -1067,7 +1068,7 @@ TED_INSTANTIATE_CONVERT_FROM(BFloat16)
                                           float*, int, int, int, int);                            \
   template void embedding_forward<T>(Context&, const std::int32_t*, const T*, const T*, T*, int,  \
                                      int, int, int, int);                                         \
-  template void embedding_backward<T>(Context&, const std::int32_t*, const T*, GradOut<T>,       \
+  template void embedding_backward<T>(Context&, const std::int32_t*, const T*, GradOut<T>,        \
                                       GradOut<T>, int, int, int, int, int);                       \
   template void lm_head_forward<T>(Context&, const T*, const T*, T*, int, int, int);              \
   template void lm_head_backward<T>(Context&, const T*, const T*, const T*, T*, GradOut<T>, int,  \
