@@ -60,9 +60,6 @@ class Ops {
   // y = (y + bias) + residual for one bias [width] over rows [rows, width]: a row-parallel
   // layer's output, its bias and the skip connection in one pass.
   virtual void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int width) = 0;
-  // grad[i] += g[i], computed in M and rounded once to T: one micro-batch's gradients of a group
-  // of tensors, accumulated by the kernels in an M scratch, added into 16-bit gradient storage.
-  virtual void accumulate(const M* g, T* grad, std::size_t count) = 0;
   // Element-wise conversion between any two of the floating-point types (rounding on store):
   // master weights to their copies and back.
   virtual void convert(const void* src, DataType src_type, void* dst, DataType dst_type,

@@ -170,13 +170,6 @@ class CpuOps final : public Ops<T> {
     kc::add_bias_residual<C>(yc, b, r, rows, width);
   }
 
-  void accumulate(const M* g, T* grad, std::size_t count) override {
-    TED_OP_TIMER(__func__);
-    parallel_for(static_cast<std::int64_t>(count), [&](std::int64_t first, std::int64_t last) {
-      for (std::int64_t i = first; i < last; ++i) grad[i] = narrow<T>(widen(grad[i]) + g[i]);
-    });
-  }
-
   // Through double: exact for every pair the model converts (fp32 <-> fp64, and 16-bit <-> fp32,
   // whose round trip through double is exact), with the shared rounding of core/dtype.hpp.
   void convert(const void* src, DataType src_type, void* dst, DataType dst_type,

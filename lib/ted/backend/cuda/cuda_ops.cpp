@@ -46,9 +46,6 @@ class CudaOps final : public Ops<T> {
   void add_bias_residual(T* y, const T* bias, const T* residual, int rows, int width) override {
     kc::add_bias_residual<T>(ctx_, y, bias, residual, rows, width);
   }
-  void accumulate(const M* g, T* grad, std::size_t count) override {
-    kc::accumulate<T>(ctx_, g, grad, count);
-  }
   void convert(const void* src, DataType src_type, void* dst, DataType dst_type,
                std::size_t count) override {
     with_typed(src, src_type, [&](auto* in) {
