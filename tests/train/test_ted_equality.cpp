@@ -268,7 +268,7 @@ const Switches kSwitches[] = {
 };
 
 // The switch sets that change where gradients live or move (the shard, the all-reduce without
-// ZeRO-1, the tensor group's sum of unsplit experts, tiles): the 16-bit gradient cases
+// ZeRO-1, unsplit experts' reduction over their T x D replicas, tiles): the 16-bit gradient cases
 // (training.grad_dtype = run.dtype) run these, to keep CI short.
 bool moves_gradients(const Switches& sw) {
   for (const char* name : {"baseline", "all: dtd+rs+checkpointing+cac+tiles", "no zero-1",
@@ -609,9 +609,9 @@ TEST_CASE("every forced workload's per-expert loads equal the oracle on every la
 }
 
 // 16-bit gradients (training.grad_dtype = run.dtype, as DeepSpeed's fp16 ZeRO-1 keeps them):
-// every micro-batch's gradients rounded into 16-bit buffers, reduced (reduce-scattered, or
-// all-reduced without ZeRO-1; unsplit experts summed over the tensor group) in 16-bit, widened
-// to fp32 only in the optimizer's tile. Held to the fp32 reference and to the 16-bit single
+// each kernel's contribution rounded into 16-bit buffers, reduced (reduce-scattered, or
+// all-reduced without ZeRO-1; unsplit experts over the T x D ranks that hold them) in 16-bit,
+// widened to fp32 only in the optimizer's tile. Held to the fp32 reference and to the 16-bit single
 // process with fp32 gradients at the 16-bit tolerances above (the rounding of the gradients is
 // small beside that of the activations: measured, see the summary line), with the switch sets of
 // moves_gradients.

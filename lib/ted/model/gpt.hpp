@@ -58,7 +58,8 @@ struct ModelParallel {
   Communicator* expert = nullptr;  // expert parallelism, the all-to-alls (size Ep); null: Ep = 1
   // DTD, reduce-scatter instead of all-reduce + slice (needs dtd), the overlap's chunks, and
   // whether the experts are tensor-parallel over T (TED; else whole experts, each tensor rank
-  // running its 1/T share of the capacity, their gradients then summed over the tensor group).
+  // running its 1/T share of the capacity, their gradients then reduced over the T x D ranks
+  // that hold them: TedGroups::expert_replicas).
   ExchangeSwitches exchange;
   bool cac = false;             // communication-aware checkpointing (needs checkpointing)
   bool cac_all_reduce = false;  // CAC also keeps the tensor all-reduce outputs (needs cac)
