@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <string>
-#include <tuple>
 
 #include "ted/backend/memory.hpp"
 #include "ted/backend/registry.hpp"
@@ -65,7 +64,6 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
       return specs.id("block" + std::to_string(l) + "." + name);
     };
     BlockIds ids{};
-    std::tie(ids.first_param, ids.end_param) = specs.blocks[static_cast<std::size_t>(l)];
     ids.ln1_g = id("ln1.g");
     ids.ln1_b = id("ln1.b");
     ids.qkv_w = id("attn.qkv.w");

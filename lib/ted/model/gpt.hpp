@@ -119,7 +119,6 @@ class GptModel {
     int fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;           // dense FFN
     int gate_w = -1, e_w1 = -1, e_b1 = -1, e_w2 = -1, e_b2 = -1;  // MoE FFN
     bool moe = false;
-    int first_param = 0, end_param = 0;  // the block's tensors: ids first_param .. end_param - 1
   };
   struct BlockActs {
     Tensor<T> input;                           // the checkpoint: always kept

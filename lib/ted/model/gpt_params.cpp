@@ -34,7 +34,6 @@ GptParamSpecs gpt_param_specs(const ModelConfig& config, const ParamShard& shard
   const auto normal = ParamInit::normal, zeros = ParamInit::zeros, ones = ParamInit::ones;
 
   GptParamSpecs out;
-  auto ids_from = [&] { return static_cast<int>(out.specs.size()); };
   auto add = [&](std::string name, std::vector<int> shape, ParamInit init, bool decay,
                  std::vector<DimSlice> slice = {}, ParamKind kind = ParamKind::dense) {
     ParamSpec spec;
@@ -51,7 +50,6 @@ GptParamSpecs gpt_param_specs(const ModelConfig& config, const ParamShard& shard
     out.specs.push_back(std::move(spec));
   };
 
-  out.embedding.first = ids_from();
   if (config.tie_embeddings) {
     // One [V', h] table for the embedding and the LM head (V' the vocabulary padded to a
     // multiple of T, as Megatron pads it), split by vocabulary: rows [t V'/T, (t + 1) V'/T) on
@@ -62,15 +60,12 @@ GptParamSpecs gpt_param_specs(const ModelConfig& config, const ParamShard& shard
         T > 1 ? std::vector<DimSlice>{{{first_word, rows}}} : std::vector<DimSlice>{});
     const int words = std::clamp(V - first_word, 0, rows);
     out.specs.back().padding_from = static_cast<std::size_t>(words) * h;
-    out.head_table = out.embedding.first;
   } else {
     add("tok_emb", {V, h}, normal, false);
   }
   add("pos_emb", {config.seq_len, h}, normal, false);
-  out.embedding.second = ids_from();
   for (int l = 0; l < config.layers; ++l) {
     const std::string p = "block" + std::to_string(l) + ".";
-    const int first = ids_from();
     add(p + "ln1.g", {h}, ones, false);
     add(p + "ln1.b", {h}, zeros, false);
     add(p + "attn.qkv.w", {h, 3 * h}, normal, true, {all, qkv_cols});
@@ -91,13 +86,10 @@ GptParamSpecs gpt_param_specs(const ModelConfig& config, const ParamShard& shard
       add(p + "ffn.fc2.w", {f, h}, normal, true, {part(f)});
       add(p + "ffn.fc2.b", {h}, zeros, false);
     }
-    out.blocks.emplace_back(first, ids_from());
   }
-  out.head.first = ids_from();
   add("lnf.g", {h}, ones, false);
   add("lnf.b", {h}, zeros, false);
   if (!config.tie_embeddings) add("lm_head.w", {h, V}, normal, true);
-  out.head.second = ids_from();
   return out;
 }
 

@@ -27,15 +27,8 @@ struct ParamShard {
 };
 
 struct GptParamSpecs {
-  std::vector<ParamSpec> specs;  // in id order: ParamSet::add returns these positions
-  // The groups of ids [first, end) whose gradients backward produces together: the embeddings,
-  // each block, the head (final LayerNorm and LM head).
-  using Ids = std::pair<int, int>;
-  Ids embedding{0, 0}, head{0, 0};
-  std::vector<Ids> blocks;
-  // The tied embedding (model.tie_embeddings): its id, which the head's group holds as well (its
-  // gradient comes from both uses); -1 with an LM head of its own.
-  int head_table = -1;
+  std::vector<ParamSpec> specs;     // in id order: ParamSet::add returns these positions
+  using Ids = std::pair<int, int>;  // ids [first, end)
 
   // The id of the tensor `name`; Error when there is none.
   int id(const std::string& name) const;
