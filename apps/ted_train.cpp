@@ -13,8 +13,12 @@
 //       --tp 2 --ep 2 --dp 2 --dtd --checkpoint --cac
 //   build/apps/ted_train -c experiments/train/tiny-cpu.yaml --backend cuda --dtype bf16
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +34,7 @@
 #include "ted/projection/fit.hpp"
 #include "ted/projection/traffic.hpp"
 #include "ted/run/check.hpp"
+#include "ted/run/checkpoint.hpp"
 #include "ted/run/run.hpp"
 #include "ted/run/train_csv.hpp"
 
@@ -149,10 +154,12 @@ void print_header(const Setup& s, const std::string& path, ted::TrainingRun& run
 }
 
 void print_step(const ted::train::StepRecord& r, int steps) {
+  char valid[32] = "";
+  if (!std::isnan(r.valid_loss)) std::snprintf(valid, sizeof valid, " valid %.4f", r.valid_loss);
   std::printf(
-      "step %5d/%d %s loss %.4f lm %.4f aux %.4f lr %.2e |g| %.3f dropped %d tok/s %.0f%s\n",
+      "step %5d/%d %s loss %.4f lm %.4f aux %.4f%s lr %.2e |g| %.3f dropped %d tok/s %.0f%s\n",
       r.step + 1, steps, progress_bar(r.step + 1, steps).c_str(), r.loss, r.lm_loss, r.aux_loss,
-      r.lr, r.grad_norm, r.dropped, r.tokens_per_second,
+      valid, r.lr, r.grad_norm, r.dropped, r.tokens_per_second,
       r.skipped ? " (skipped: gradient overflow, loss scale halved)" : "");
   std::fflush(stdout);
 }
@@ -173,6 +180,109 @@ void print_footer(ted::TrainingRun& run, double first_loss, double last_loss,
   }
   std::printf("# loss %.4f -> %.4f (ratio %.3f)\n# fingerprint %s\n# CSV: %s\n", first_loss,
               last_loss, last_loss / first_loss, fingerprint.c_str(), csv.c_str());
+}
+
+// The resolved config as key=value lines: what a checkpoint records and a resume compares.
+std::vector<std::string> resolved_config(const ted::train::TrainConfig& config) {
+  ted::train::TrainConfig copy = config;
+  return copy.schema().dump();
+}
+
+// Exit code of a run stopped by SIGTERM or SIGUSR1 after saving (sysexits.h's EX_TEMPFAIL:
+// try again), so a Slurm script requeues it; 0 is a finished run.
+constexpr int kStoppedBySignal = 75;
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void note_stop_signal(int signal) {
+  g_stop_signal = signal;
+}
+
+// SIGTERM (Slurm's time limit, scancel, mpirun passing one on) and SIGUSR1 (sbatch --signal)
+// end the run after the step in progress, agreed by every rank, with a checkpoint when
+// training.save_dir is set.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction action {};
+    action.sa_handler = note_stop_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &action, nullptr);
+    sigaction(SIGUSR1, &action, nullptr);
+    // A test stops a run at a known step: TED_TEST_SIGNAL_AFTER=<step>[:<rank>] raises SIGTERM
+    // in that rank (default 0) once the step is done.
+    if (const char* hook = std::getenv("TED_TEST_SIGNAL_AFTER")) {
+      hook_step_ = std::atoi(hook);
+      if (const char* colon = std::strchr(hook, ':')) hook_rank_ = std::atoi(colon + 1);
+    }
+  }
+  void test_hook(int steps_done, int rank) const {
+    if (steps_done == hook_step_ && rank == hook_rank_) std::raise(SIGTERM);
+  }
+  // The signal some rank received (the largest number), or 0: the same on every rank.
+  int agreed(ted::Communicator& control) const {
+    std::int32_t signal = g_stop_signal;
+    control.all_reduce(&signal, &signal, 1, ted::DataType::i32, ted::ReduceOp::max);
+    return signal;
+  }
+  static const char* name(int signal) { return signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM"; }
+
+ private:
+  int hook_step_ = -1, hook_rank_ = 0;
+};
+
+// Where the run continues from: training.load, or with training.resume the newest complete
+// checkpoint of training.save_dir (none yet: the run starts at step 0, so a job's first start
+// and its requeues run the same command). Judged before anything runs or prints: every rank
+// reads the same manifest, so a refusal is every rank's.
+struct Resume {
+  std::filesystem::path folder;
+  ted::CheckpointManifest manifest;
+};
+
+std::optional<Resume> find_resume(const ted::train::TrainConfig& config, const ted::Layout& layout,
+                                  int ranks, const std::vector<std::string>& resolved) {
+  std::optional<std::filesystem::path> folder;
+  if (!config.checkpoint.load.empty())
+    folder = config.checkpoint.load;
+  else if (config.checkpoint.resume)
+    folder = ted::latest_checkpoint(config.checkpoint.save_dir);
+  if (!folder) return std::nullopt;
+  Resume resume{*folder, ted::read_manifest(*folder)};
+  ted::check_resumable(*folder, resume.manifest, ranks, layout, resolved);
+  if (resume.manifest.steps_done > config.steps)
+    throw ted::ConfigError("checkpoint " + folder->string() + ": " +
+                           std::to_string(resume.manifest.steps_done) +
+                           " steps done, beyond training.steps " + std::to_string(config.steps));
+  return resume;
+}
+
+// Takes the checkpoint's state into the trainer (a rank's own file may fail alone: then every
+// rank leaves with its line) and its CSV rows into `table`.
+struct Resumed {
+  int first_step = 0;
+  double first_loss = 0, last_loss = 0;
+};
+
+Resumed restore(const std::optional<Resume>& resume, ted::TrainingRun& run, ted::CsvTable& table) {
+  if (!resume) return {};
+  ted::agree_on_failure(run.control(), [&] {
+    run.trainer().restore(ted::load_rank_state(resume->folder, run.control().rank()));
+  });
+  Resumed resumed{resume->manifest.steps_done, 0, 0};
+  const auto rows = ted::read_csv(resume->folder / "train.csv");
+  for (const auto& row : rows) {
+    table.row();
+    for (const auto& column : table.header()) {
+      const auto it = row.find(column);
+      table.add(it == row.end() ? std::string_view() : std::string_view(it->second));
+    }
+  }
+  if (!rows.empty()) {
+    resumed.first_loss = std::atof(rows.front().at("loss").c_str());
+    resumed.last_loss = std::atof(rows.back().at("loss").c_str());
+  }
+  return resumed;
 }
 
 }  // namespace
@@ -211,14 +321,30 @@ int main(int argc, char** argv) {
         spec.refuse = [&](const std::string& text) {
           return setup.where + ": does not fit: " + text;
         };
+        const std::vector<std::string> resolved = resolved_config(config);
+        const std::optional<Resume> resume = find_resume(config, setup.layout, ranks, resolved);
         ted::TrainingRun run(config, setup.layout, spec);
-        if (rank0) print_header(setup, path, run);
-
         const auto& columns = ted::train_csv_columns();
         ted::CsvTable table = columns.table();
         const std::string command = ted::command_line(argc, argv);
-        double first_loss = 0, last_loss = 0;
-        for (int step = 0; step < config.steps; ++step) {
+        const Resumed resumed = restore(resume, run, table);
+        if (rank0) print_header(setup, path, run);
+        if (rank0 && resume)
+          std::printf("# resumed from %s: %d steps done (revision %s)\n", resume->folder.c_str(),
+                      resumed.first_step, resume->manifest.revision.c_str());
+        const int first_step = resumed.first_step;
+        double first_loss = resumed.first_loss, last_loss = resumed.last_loss;
+        StopSignals stop_signals;
+        const std::string save_dir = config.checkpoint.save_dir;
+        auto save = [&](int steps_done) {
+          ted::CheckpointManifest manifest{steps_done, run.ranks(), setup.layout,
+                                           std::string(ted::git_revision()), resolved};
+          const auto folder =
+              ted::save_checkpoint(run.control(), save_dir, config.checkpoint.save_keep, manifest,
+                                   run.trainer().state(), rank0 ? table.to_string() : "");
+          if (rank0) std::printf("# checkpoint after step %d: %s\n", steps_done, folder.c_str());
+        };
+        for (int step = first_step; step < config.steps; ++step) {
           run.ledger().clear();
           auto r = run.trainer().step(step);
           if (!std::isfinite(r.loss)) {  // the same on every rank: the loss is reduced over all
@@ -230,15 +356,44 @@ int main(int argc, char** argv) {
           }
           if (step == 0) first_loss = r.loss;
           last_loss = r.loss;
+          const int done = step + 1;
+          // The held-out loss after the step's update (its collectives are not the step's bytes:
+          // the row is read first).
+          const bool evaluate =
+              config.eval_every > 0 && (done % config.eval_every == 0 || done == config.steps);
           columns.add_row(table, {config, setup.layout, run, r, command});
-          if (rank0 && (step % config.log_every == 0 || step + 1 == config.steps))
+          if (evaluate) {
+            r.valid_loss = run.trainer().evaluate(step, config.eval_batches);
+            char text[32];
+            std::snprintf(text, sizeof text, "%.9g", r.valid_loss);
+            table.set_last(columns.index("valid_loss"), text);
+          }
+          if (rank0 && (step % config.log_every == 0 || done == config.steps || evaluate))
             print_step(r, config.steps);
+          stop_signals.test_hook(done, run.control().rank());
+          const int signal = stop_signals.agreed(run.control());
+          const bool stopping = signal != 0 && done < config.steps;
+          if (!save_dir.empty() &&
+              (stopping || done == config.steps ||
+               (config.checkpoint.save_every > 0 && done % config.checkpoint.save_every == 0)))
+            save(done);
+          if (stopping) {
+            if (rank0) {
+              if (table.rows() > 0) table.write_atomic(config.csv);
+              std::printf("# stopped by %s after step %d of %d: %s\n", stop_signals.name(signal),
+                          done, config.steps,
+                          save_dir.empty() ? "no checkpoint (training.save_dir is not set)"
+                                           : ("continue with --resume from " + save_dir).c_str());
+              std::fflush(stdout);
+            }
+            return kStoppedBySignal;
+          }
         }
         const double fingerprint = run.trainer().fingerprint();
         if (rank0) {
           char text[32];
           std::snprintf(text, sizeof text, "%.9e", fingerprint);
-          table.set_last(columns.index("fingerprint"), text);
+          if (table.rows() > 0) table.set_last(columns.index("fingerprint"), text);
           table.write_atomic(config.csv);
           print_footer(run, first_loss, last_loss, text, config.csv, need);
         }

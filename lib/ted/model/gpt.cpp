@@ -41,6 +41,7 @@ template <typename T>
 GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelParallel& parallel)
     : config_(config), device_(device), ops_(make_ops<T>(device)), parallel_(parallel) {
   config_.validate();
+  dropout_ = config_.dropout;
   if (parallel_.tensor) T_ = parallel_.tensor->size(), t_ = parallel_.tensor->rank();
   if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
   check_layout(config_, T_, Ep_, parallel_.exchange, parallel_.cac, parallel_.cac_all_reduce);
@@ -110,7 +111,7 @@ void GptModel<T>::resolve_attention() {
 template <typename T>
 kernels::DropoutKey GptModel<T>::dropout_key(int layer, std::int64_t site) const {
   kernels::DropoutKey key;
-  key.p = config_.dropout;
+  key.p = dropout_;
   key.seed = config_.seed;
   key.step = batch_.step;
   key.site = layer * kernels::kDropoutSites + site;
@@ -183,7 +184,7 @@ void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, boo
                      3 * hl);
   // Dropout redraws its masks from their keys, so the recompute of a checkpointed block drops
   // what its forward dropped.
-  const bool dropping = config_.dropout > 0;
+  const bool dropping = dropout_ > 0;
   const kernels::DropoutKey probs_key = dropout_key(layer, kernels::kAttentionProbsDropout);
   if (fused_attention_) {
     a.lse = Tensor<M>(device_, static_cast<std::size_t>(B) * Hl * S);
@@ -329,7 +330,7 @@ void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& 
   auto& P = params_;
   Ops<T>& ops = *ops_;
   const T* x = a.input.data();
-  const bool dropping = config_.dropout > 0;
+  const bool dropping = dropout_ > 0;
 
   // The FFN's (MoE layer's) output gradient: d_out through its dropout mask; the residual
   // takes d_out as it is.

@@ -97,6 +97,9 @@ class GptModel {
   Losses forward(const Batch& batch);
   // Accumulates the gradients of loss_scale * (lm + aux_coeff * aux) of the last forward.
   void backward(M loss_scale);
+  // Training (the default) drops with model.dropout; evaluation drops nothing, as a model in
+  // PyTorch's eval mode.
+  void set_training(bool training) { dropout_ = training ? config_.dropout : 0.0; }
 
   // GEMM FLOPs of the last forward (backward is twice this; recompute adds a forward).
   double last_forward_flops() const { return last_forward_flops_; }
@@ -158,6 +161,7 @@ class GptModel {
   ModelParallel parallel_;
   int T_ = 1, t_ = 0, Ep_ = 1, e_ = 0;
   bool fused_attention_ = true;
+  double dropout_ = 0;  // model.dropout while training, 0 in evaluation (set_training)
   std::string attention_;
   ParamSet<T> params_;
   int tok_emb_, pos_emb_, lnf_g_, lnf_b_, lm_head_ = -1;  // lm_head_: untied only

@@ -1,5 +1,7 @@
 #include "ted/run/train_csv.hpp"
 
+#include <cmath>
+
 #include "ted/core/git_revision.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 
@@ -19,6 +21,11 @@ CsvColumns<TrainStepRow> make_columns() {
   c.add("loss", [](R s) { return s.record.loss; });
   c.add("lm_loss", [](R s) { return s.record.lm_loss; });
   c.add("aux_loss", [](R s) { return s.record.aux_loss; });
+  // The held-out LM loss after this step (training.eval_every), empty where not evaluated.
+  c.add("valid_loss", [](R s) -> CsvField {
+    if (std::isnan(s.record.valid_loss)) return std::string();
+    return s.record.valid_loss;
+  });
   c.add("lr", [](R s) { return s.record.lr; });
   c.add("grad_norm", [](R s) { return s.record.grad_norm; });
   c.add("dropped", [](R s) { return static_cast<long long>(s.record.dropped); });

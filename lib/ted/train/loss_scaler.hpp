@@ -25,6 +25,16 @@ class LossScaler {
   double scale() const { return scale_; }
   int skipped() const { return skipped_; }
 
+  // What moves between steps, for checkpoints: a restored scaler continues as this one would.
+  struct State {
+    double scale;
+    int clean_steps, skipped;
+  };
+  State state() const { return {scale_, clean_steps_, skipped_}; }
+  void restore(const State& state) {
+    scale_ = state.scale, clean_steps_ = state.clean_steps, skipped_ = state.skipped;
+  }
+
   // After backward: returns true when the step may be applied (no overflow), and moves the
   // scale.
   bool update(bool overflow) {

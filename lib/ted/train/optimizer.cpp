@@ -228,6 +228,38 @@ OptimizerStep AdamW<T>::step_with(G* grads, int step, int total_steps, double lo
   return result;
 }
 
+namespace {
+std::string part_name(model::ParamKind kind) {
+  return kind == model::ParamKind::dense ? "adam.dense." : "adam.expert.";
+}
+}  // namespace
+
+template <typename T>
+void AdamW<T>::save(TrainState& into) const {
+  into.push_back(value_blob("adam.applied_steps", applied_steps_));
+  for (const auto& part : parts_) {
+    const std::string name = part_name(part.kind);
+    const std::size_t bytes = part.count * sizeof(M);
+    into.push_back(device_blob(device_, name + "m", part.m.data(), bytes));
+    into.push_back(device_blob(device_, name + "v", part.v.data(), bytes));
+    if constexpr (!std::is_same_v<T, M>)
+      into.push_back(device_blob(device_, name + "master", part.master.data(), bytes));
+  }
+}
+
+template <typename T>
+void AdamW<T>::load(const TrainState& from) {
+  restore_value(from, "adam.applied_steps", applied_steps_);
+  for (auto& part : parts_) {
+    const std::string name = part_name(part.kind);
+    const std::size_t bytes = part.count * sizeof(M);
+    restore_device(device_, from, name + "m", part.m.data(), bytes);
+    restore_device(device_, from, name + "v", part.v.data(), bytes);
+    if constexpr (!std::is_same_v<T, M>)
+      restore_device(device_, from, name + "master", part.master.data(), bytes);
+  }
+}
+
 template class AdamW<float>;
 template class AdamW<double>;
 template class AdamW<Half>;

@@ -27,6 +27,7 @@
 #include "ted/comm/communicator.hpp"
 #include "ted/device/tensor.hpp"
 #include "ted/model/params.hpp"
+#include "ted/train/state.hpp"
 
 namespace ted::train {
 
@@ -89,6 +90,11 @@ class AdamW {
   OptimizerStep step(int step, int total_steps, double loss_scale = 1.0,
                      bool check_overflow = false);
   double last_lr() const { return last_lr_; }
+  // The state a continued run needs, as this rank holds it: Adam's m and v of its elements, the
+  // fp32 master of 16-bit weights, the count of applied steps (Adam's bias correction).
+  void save(TrainState& into) const;
+  // Takes back what save() gave; ConfigError when a blob is missing or of another size.
+  void load(const TrainState& from);
   // Called with host copies of the reduced gradient shards before each update (tests).
   void set_gradient_probe(std::function<void(const std::vector<GradientShard>&)> probe) {
     probe_ = std::move(probe);

@@ -1,6 +1,7 @@
 #include "ted/train/train_config.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "ted/core/error.hpp"
@@ -59,6 +60,13 @@ ConfigSchema TrainConfig::schema() {
   s.add("training.seed", &m.seed);
   s.add("training.log_every", &log_every);
   s.add("training.csv", &csv);
+  s.add("training.eval_every", &eval_every);
+  s.add("training.eval_batches", &eval_batches);
+  s.add("training.save_dir", &checkpoint.save_dir);
+  s.add("training.save_every", &checkpoint.save_every);
+  s.add("training.save_keep", &checkpoint.save_keep);
+  s.add("training.resume", &checkpoint.resume);
+  s.add("training.load", &checkpoint.load);
   s.add("training.grad_dtype", &m.grad_dtype, {DataType::f32, DataType::bf16, DataType::f16});
   s.add("parallel.tp", &parallel.tp);
   s.add("parallel.ep", &parallel.ep);
@@ -106,6 +114,21 @@ void TrainConfig::validate() const {
     throw ConfigError("data.noise must be in [0, 1], got " + std::to_string(data.noise));
   at_least(steps, 1, "training.steps");
   at_least(log_every, 1, "training.log_every");
+  at_least(eval_every, 0, "training.eval_every (0: never)");
+  at_least(eval_batches, 1, "training.eval_batches");
+  if (eval_every > 0 && data.source == "file")
+    throw ConfigError("training.eval_every needs a held-out split, and data.source file has none");
+  at_least(checkpoint.save_every, 0, "training.save_every (0: only when stopped by a signal)");
+  at_least(checkpoint.save_keep, 1, "training.save_keep");
+  if (checkpoint.save_every > 0 && checkpoint.save_dir.empty())
+    throw ConfigError("training.save_every needs training.save_dir, the folder to save into");
+  if (checkpoint.resume && checkpoint.save_dir.empty())
+    throw ConfigError("training.resume needs training.save_dir, the folder to resume from");
+  if (checkpoint.resume && !checkpoint.load.empty())
+    throw ConfigError(
+        "training.resume and training.load both say where to continue from: give one");
+  if (!checkpoint.load.empty() && !std::filesystem::is_directory(checkpoint.load))
+    throw ConfigError("training.load: '" + checkpoint.load + "' is not a checkpoint folder");
   at_least(parallel.tp, 1, "parallel.tp");
   at_least(parallel.ep, 1, "parallel.ep");
   at_least(parallel.dp, 0, "parallel.dp (0: the ranks over tp x ep)");

@@ -10,7 +10,8 @@
 //   data:      source (synthetic | file) path token_bytes (2 | 4) noise micro_batch
 //              micro_batches
 //   training:  steps seed log_every csv grad_dtype (fp32 | run.dtype: 16-bit gradients, reduced
-//              in 16-bit, as DeepSpeed's fp16 ZeRO-1)
+//              in 16-bit, as DeepSpeed's fp16 ZeRO-1) eval_every eval_batches save_dir
+//              save_every save_keep resume load (checkpoints: run/checkpoint.hpp)
 //   parallel:  tp ep dp (0: ranks / (tp * ep)) dtd cac reduce_scatter zero1 tile_elems
 //              split_experts cac_all_reduce
 //   run:       backend (cpu | cuda) dtype (fp32 | bf16 | fp16) comm (mpi | nccl) loss_scale
@@ -70,6 +71,15 @@ struct RunConfig {
   std::string cluster;  // a cluster file (experiments/clusters/): --check's memory fit
 };
 
+// Checkpoints (run/checkpoint.hpp): where, how often, how many, and where a run continues from.
+struct CheckpointConfig {
+  std::string save_dir;  // empty: no checkpoints
+  int save_every = 0;    // a checkpoint every this many steps (0: only when stopped by a signal)
+  int save_keep = 2;     // the newest this many complete checkpoints are kept
+  bool resume = false;   // continue from save_dir's newest complete checkpoint, if it has one
+  std::string load;      // continue from this checkpoint folder
+};
+
 struct TrainConfig {
   model::ModelConfig model;
   ParallelConfig parallel;
@@ -79,6 +89,11 @@ struct TrainConfig {
   int steps = 100;
   int log_every = 1;
   std::string csv;  // empty: results/train/<config name>.csv
+  // The held-out loss every eval_every steps (0: never) and after the last, over eval_batches
+  // global batches of the held-out split (Trainer::evaluate).
+  int eval_every = 0;
+  int eval_batches = 1;
+  CheckpointConfig checkpoint;
 
   // The keys above, bound to this object's fields.
   ConfigSchema schema();

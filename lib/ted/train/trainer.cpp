@@ -17,6 +17,34 @@ std::unique_ptr<TokenSource> make_source(const TrainConfig& config) {
 
 namespace {
 
+// Another source's samples from index `offset` on.
+class OffsetSource final : public TokenSource {
+ public:
+  OffsetSource(std::unique_ptr<TokenSource> inner, std::int64_t offset)
+      : inner_(std::move(inner)), offset_(offset) {}
+  void sample(std::int64_t index, int seq_len, std::int32_t* tokens,
+              std::int32_t* targets) const override {
+    inner_->sample(offset_ + index, seq_len, tokens, targets);
+  }
+  std::string describe() const override {
+    return inner_->describe() + " from sample " + std::to_string(offset_);
+  }
+
+ private:
+  std::unique_ptr<TokenSource> inner_;
+  std::int64_t offset_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenSource> make_validation_source(const TrainConfig& config) {
+  if (config.data.source == "synthetic")
+    return std::make_unique<OffsetSource>(make_source(config), std::int64_t{1} << 40);
+  return nullptr;
+}
+
+namespace {
+
 // The ranks that hold the same experts and reduce their gradients: the expert-data group, or
 // with experts whole on every tensor rank the T x D ranks of the same e.
 Communicator& expert_group(const ParallelConfig& p, TedGroups& groups) {
@@ -55,14 +83,19 @@ OptimizerParallel optimizer_parallel(const ParallelConfig& p, TedGroups* groups)
 }  // namespace
 
 struct Trainer::Core {
-  explicit Core(const TrainConfig& config) : source(make_source(config)) {}
+  explicit Core(const TrainConfig& config)
+      : source(make_source(config)), validation(make_validation_source(config)) {}
   virtual ~Core() = default;
   virtual StepRecord step(int step) = 0;
+  virtual TrainState state() = 0;
+  virtual void restore(const TrainState& state) = 0;
+  virtual double evaluate(int step, int batches) = 0;
   virtual double fingerprint() = 0;
   virtual const model::ParamLayout& params() const = 0;
   virtual const std::string& attention() const = 0;
   virtual std::size_t activations_saved_peak() const = 0;
   std::unique_ptr<TokenSource> source;
+  std::unique_ptr<TokenSource> validation;  // null: no held-out split
   std::function<void(int, void*, DataType)> before_update;
   std::function<void(const std::vector<GradientShard>&)> probe;
 };
@@ -152,6 +185,46 @@ class TypedCore final : public Trainer::Core {
     return record;
   }
 
+  TrainState state() override {
+    TrainState state;
+    auto& values = model_.params().values();
+    state.push_back(device_blob(model_.ops().device(), "params.values", values.data(),
+                                values.size() * sizeof(T)));
+    optimizer_.save(state);
+    state.push_back(value_blob("loss_scaler", scaler_.state()));
+    return state;
+  }
+
+  void restore(const TrainState& state) override {
+    auto& values = model_.params().values();
+    restore_device(model_.ops().device(), state, "params.values", values.data(),
+                   values.size() * sizeof(T));
+    optimizer_.load(state);
+    LossScaler::State scaler{};
+    restore_value(state, "loss_scaler", scaler);
+    scaler_.restore(scaler);
+  }
+
+  double evaluate(int step, int batches) override {
+    if (!validation) throw ConfigError("the data has no held-out split to evaluate on");
+    const int B = config_.data.micro_batch, Mb = config_.data.micro_batches;
+    const int S = config_.model.seq_len;
+    model_.set_training(false);
+    double sum = 0;
+    for (int b = 0; b < batches; ++b)
+      for (int m = 0; m < Mb; ++m) {
+        const std::int64_t first = first_sample(b, Mb, dp_size_, m, dp_rank_, B);
+        for (int s = 0; s < B; ++s)
+          validation->sample(first + s, S, tokens_.data() + static_cast<std::size_t>(s) * S,
+                             targets_.data() + static_cast<std::size_t>(s) * S);
+        sum += model_.forward({tokens_.data(), targets_.data(), B, first, step, B}).lm;
+      }
+    model_.set_training(true);
+    if (groups_)
+      groups_->control(GroupKind::nonexpert_data).all_reduce(&sum, &sum, 1, DataType::f64);
+    return sum / (static_cast<double>(batches) * Mb * dp_size_);
+  }
+
   double fingerprint() override {
     const auto& params = model_.params();
     bool tensor_first = !groups_ || groups_->tensor().rank() == 0;
@@ -224,6 +297,18 @@ std::size_t Trainer::activations_saved_peak() const {
 }
 const TokenSource& Trainer::source() const {
   return *core_->source;
+}
+TrainState Trainer::state() {
+  return core_->state();
+}
+void Trainer::restore(const TrainState& state) {
+  core_->restore(state);
+}
+bool Trainer::has_validation() const {
+  return core_->validation != nullptr;
+}
+double Trainer::evaluate(int step, int batches) {
+  return core_->evaluate(step, batches);
 }
 void Trainer::set_gradient_probe(std::function<void(const std::vector<GradientShard>&)> probe) {
   core_->probe = std::move(probe);

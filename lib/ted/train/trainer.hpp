@@ -15,12 +15,14 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <memory>
 
 #include "ted/grid/ted_groups.hpp"
 #include "ted/model/params.hpp"
 #include "ted/train/data.hpp"
 #include "ted/train/optimizer.hpp"
+#include "ted/train/state.hpp"
 #include "ted/train/train_config.hpp"
 
 namespace ted::train {
@@ -30,6 +32,7 @@ struct StepRecord {
   double loss = 0;  // lm + aux_coeff * aux, mean over micro-batches
   double lm_loss = 0;
   double aux_loss = 0;
+  double valid_loss = std::numeric_limits<double>::quiet_NaN();  // held-out LM loss; NaN: none
   double lr = 0;
   double grad_norm = 0;  // inf when the step was skipped
   int dropped = 0;       // token choices dropped by capacity in this step
@@ -44,6 +47,9 @@ struct StepRecord {
 };
 
 std::unique_ptr<TokenSource> make_source(const TrainConfig& config);
+// The held-out samples the validation loss is measured on, or null where the data has none:
+// the synthetic chain's samples from index 2^40 on (beyond any run's).
+std::unique_ptr<TokenSource> make_validation_source(const TrainConfig& config);
 
 class Trainer {
  public:
@@ -58,6 +64,21 @@ class Trainer {
   double fingerprint();
   const model::ParamLayout& params() const;
   const TokenSource& source() const;
+
+  // The rank's training state (state.hpp): the weights, the optimizer's, the loss scaler's. A
+  // trainer restored from the state another had after step k continues, from step k + 1, as that
+  // one would, bit for bit: nothing else carries over between steps (the data, dropout and
+  // routing draws are keyed by the step).
+  TrainState state();
+  // ConfigError when the state is of another model, layout or precision.
+  void restore(const TrainState& state);
+
+  // Whether the data has a held-out split (make_validation_source).
+  bool has_validation() const;
+  // The mean LM loss, with dropout off and no backward, over `batches` global batches of the
+  // held-out split (batch b's samples laid out as step b's are), the same on every rank and
+  // layout. Touches no parameter or optimizer state. ConfigError without a held-out split.
+  double evaluate(int step, int batches);
   // The attention the model runs: cudnn, flash or materialized (GptModel::attention).
   const std::string& attention() const;
   // Of the activations, the most bytes the model has kept for backward at once on this rank
