@@ -37,6 +37,7 @@
 #include "ted/run/checkpoint.hpp"
 #include "ted/run/run.hpp"
 #include "ted/run/train_csv.hpp"
+#include "ted/run/train_step.hpp"
 
 namespace {
 
@@ -345,29 +346,15 @@ int main(int argc, char** argv) {
           if (rank0) std::printf("# checkpoint after step %d: %s\n", steps_done, folder.c_str());
         };
         for (int step = first_step; step < config.steps; ++step) {
-          run.ledger().clear();
-          auto r = run.trainer().step(step);
-          if (!std::isfinite(r.loss)) {  // the same on every rank: the loss is reduced over all
-            if (rank0 && table.rows() > 0)
-              table.write_atomic(config.csv);  // keep what was measured
-            throw ted::Error("loss is " + std::to_string(r.loss) + " at step " +
-                             std::to_string(step + 1) +
-                             (table.rows() ? "; the steps before it are in " + config.csv : ""));
-          }
+          const auto logged =
+              ted::step_and_log(run, config, setup.layout, step, table, command, [&] {
+                if (rank0) table.write_atomic(config.csv);  // keep what was measured
+              });
+          const auto& r = logged.record;
+          const bool evaluate = logged.evaluated;
           if (step == 0) first_loss = r.loss;
           last_loss = r.loss;
           const int done = step + 1;
-          // The held-out loss after the step's update (its collectives are not the step's bytes:
-          // the row is read first).
-          const bool evaluate =
-              config.eval_every > 0 && (done % config.eval_every == 0 || done == config.steps);
-          columns.add_row(table, {config, setup.layout, run, r, command});
-          if (evaluate) {
-            r.valid_loss = run.trainer().evaluate(step, config.eval_batches);
-            char text[32];
-            std::snprintf(text, sizeof text, "%.9g", r.valid_loss);
-            table.set_last(columns.index("valid_loss"), text);
-          }
           if (rank0 && (step % config.log_every == 0 || done == config.steps || evaluate))
             print_step(r, config.steps);
           stop_signals.test_hook(done, run.control().rank());

@@ -6,6 +6,9 @@
     check_experiment.py memory results.csv     TED fits a larger base model than DeepSpeed-MoE
                                                within the same budget (measured peaks)
     check_experiment.py rows results.csv N     N rows, every loss finite
+    check_experiment.py convergence results.csv  every system trained from the same weights on the
+                                               same data: the first step's loss equal (fp32 to
+                                               1e-5, 16-bit to 1e-2), the held-out loss at the end
     check_experiment.py workloads results.csv  the routing columns of a workload sweep
                                                (sweep.workloads, sweep.dropless): exact loads,
                                                drops and all-to-all bytes (check_workloads)
@@ -48,6 +51,30 @@ def check_memory(rows):
         fail(f"TED's largest fitting model ({ted} parameters) is not larger than "
              f"DeepSpeed-MoE's ({ds})")
     print(f"ok: largest within the budget: ted {ted} parameters, deepspeed-moe {ds}")
+
+
+def check_convergence(rows):
+    by = {}
+    for r in rows:
+        by.setdefault(r["system"], []).append(r)
+    if len(by) < 2:
+        fail(f"{len(by)} systems, expected at least 2 to compare")
+    first = {name: float(runs[0]["loss"]) for name, runs in by.items()}
+    reference = next(name for name, runs in by.items() if runs[0]["dtype"] == "fp32")
+    for name, runs in by.items():
+        steps = [int(r["step"]) for r in runs]
+        if steps != list(range(1, len(runs) + 1)):
+            fail(f"{name}: steps {steps}")
+        tolerance = 1e-5 if runs[0]["dtype"] == "fp32" else 1e-2
+        difference = abs(first[name] / first[reference] - 1)
+        if difference > tolerance:
+            fail(f"{name}: first loss {first[name]} vs {reference}'s {first[reference]}: "
+                 f"{difference:.1e} > {tolerance:g}")
+        if not runs[-1]["valid_loss"] or not math.isfinite(float(runs[-1]["valid_loss"])):
+            fail(f"{name}: no held-out loss after the last step")
+    print(f"ok: {len(by)} systems from the same first loss {first[reference]:.6f} "
+          f"({', '.join(f'{n} {v:.6f}' for n, v in first.items())}), held-out losses "
+          + ", ".join(f"{n} {float(r[-1]['valid_loss']):.4f}" for n, r in by.items()))
 
 
 def check_workloads(rows):
@@ -97,14 +124,17 @@ def main(argv):
     kind, path = argv[1], argv[2]
     rows = rows_of(path)
     for r in rows:
-        if not math.isfinite(float(r["final_loss"])):
-            fail(f"loss {r['final_loss']} in {r['system']}")
+        loss = r["final_loss"] if "final_loss" in r else r["loss"]
+        if not math.isfinite(float(loss)):
+            fail(f"loss {loss} in {r['system']}")
     if kind == "ablation":
         check_ablation(rows)
     elif kind == "memory":
         check_memory(rows)
     elif kind == "workloads":
         check_workloads(rows)
+    elif kind == "convergence":
+        check_convergence(rows)
     elif kind == "rows":
         if len(rows) != int(argv[3]):
             fail(f"{len(rows)} rows, expected {argv[3]}")

@@ -78,15 +78,20 @@ System parse_system(const std::string& name, const std::string& where) {
         s.reduce_scatter = true;
       else if (part.rfind("overlap", 0) == 0 && overlap_chunks(part.substr(7), &s.overlap))
         ;
+      else if (part == "tile")
+        s.tile = true;
+      else if (part == "bf16" || part == "fp16")
+        s.dtype = part;
       else
         throw ConfigError(where + ": system '" + name + "' has an unknown part '" + part +
-                          "' (expected dtd, cac, rs, or overlap with an optional chunk count "
-                          "of at least 2)");
+                          "' (expected dtd, cac, rs, tile, bf16, fp16, or overlap with an "
+                          "optional chunk count of at least 2)");
       if (plus == std::string::npos) break;
       start = plus + 1;
     }
     // ted+overlap[N] alone is ted (DTD + CAC) with the overlap, as the ablation compares them.
-    if (s.overlap != 1 && !s.dtd && !s.cac && !s.reduce_scatter) s.dtd = s.cac = true;
+    if (s.overlap != 1 && !s.dtd && !s.cac && !s.reduce_scatter && !s.tile && s.dtype.empty())
+      s.dtd = s.cac = true;
     if (s.reduce_scatter && !s.dtd)
       throw ConfigError(where + ": system '" + name + "': rs needs dtd");
   } else {

@@ -1,7 +1,8 @@
 // The experiments' YAML config and the systems they compare (the harness: harness.hpp).
 //
 // YAML (every section optional except what an experiment needs):
-//   experiment: ablation | weak_scaling | strong_scaling | memory   (must match the program)
+//   experiment: ablation | weak_scaling | strong_scaling | memory | convergence   (must match the
+//               program)
 //   model, gating, optimizer, data: as the training driver (lib/ted/train/train_config.hpp)
 //   run:     warmup iters csv, and as the training driver: backend (cpu | cuda),
 //            dtype (fp32 | bf16 | fp16), comm (mpi | nccl), loss_scale, loss_scale_window
@@ -66,6 +67,9 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
 //   ted-baseline    TED without the optimisations
 //   ted             TED with DTD and CAC
 //   ted+dtd, ted+cac, ted+dtd+cac, ted+dtd+cac+rs   the ablation's steps (rs: reduce-scatter)
+//   ...+tile, ...+bf16, ...+fp16   also the tiled optimizer step (parallel.tile_elems, or 64 Ki
+//                                  elements where it is 0) and mixed precision (run.dtype), as
+//                                  the convergence experiment runs "every switch on"
 struct System {
   std::string name;
   bool tensor_parallel = true;  // false: T forced to 1
@@ -73,6 +77,8 @@ struct System {
   // The MoE exchange in chunks (parallel.overlap): 1 off; 0 asks for parallel.overlap's value
   // (at least 2).
   int overlap = 1;
+  bool tile = false;  // the tiled optimizer step (make_point)
+  std::string dtype;  // "bf16" or "fp16": run.dtype for this system; "": the YAML's
 };
 System parse_system(const std::string& name, const std::string& where);
 

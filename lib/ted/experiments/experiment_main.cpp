@@ -120,8 +120,8 @@ std::string check_plan(const Plan& plan, const ExperimentConfig& config,
 }  // namespace
 
 int experiment_main(int argc, char** argv, const std::string& experiment,
-                    const std::string& description, const Planner& planner,
-                    const Summary& summary) {
+                    const std::string& description, const Planner& planner, const Summary& summary,
+                    const TrainedPoints* trained) {
   CLI::App app{description, "ted_" + experiment};
   std::string config_path;
   std::vector<std::string> overrides;
@@ -149,7 +149,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         const bool rank0 = mpi.world_rank() == 0;
         auto check_output = [&] {  // after the inputs: their errors come first
           try {
-            check_csv_appendable(result_table(), config.csv);
+            check_csv_appendable(trained ? CsvTable(trained->header) : result_table(), config.csv);
           } catch (const ConfigError& e) {
             throw ConfigError(config_origin(config_path, overrides, "run.csv") +
                               ": key 'run.csv': " + e.what());
@@ -201,6 +201,14 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         std::size_t written = 0;
         for (std::size_t i = 0; i < plan.points.size(); ++i) {
           const Point& point = plan.points[i];
+          if (trained) {  // the point's rows are appended by its run
+            if (verdicts[i].empty())
+              written += trained->run(point, config, command);
+            else if (rank0)
+              std::printf("# %s %s: not run: does not fit: %s\n", point.system.name.c_str(),
+                          point.layout.to_string().c_str(), verdicts[i].c_str());
+            continue;
+          }
           if (verdicts[i].empty()) {
             results.push_back(measure(point, *world, config.warmup, config.iters));
           } else {  // never allocated: a row saying it does not fit, and the sweep goes on
@@ -218,7 +226,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         }
         if (rank0 && written == 0) std::printf("# nothing measured: no CSV written\n");
         if (rank0 && written > 0) {
-          if (summary) summary(plan.points, results);
+          if (summary && !trained) summary(plan.points, results);
           std::printf("# CSV: %s (%zu rows appended)\n", config.csv.c_str(), written);
         }
         return 0;

@@ -33,6 +33,14 @@ Point make_point(const ExperimentConfig& config, const System& system, Layout la
   // The YAML's parallel.tile_elems is TED's tiled optimizer step: DeepSpeed-MoE's ZeRO-1 builds
   // each parameter group's fp32 gradient partition whole (docs/deepspeed.md).
   if (!system.tensor_parallel) par.tile_elems = 0;
+  // +tile: the YAML's tile, or where it leaves the step untiled 64 Ki elements (256 KiB of
+  // fp32 a tile), which splits the shards of the CPU experiments' models into many tiles.
+  if (system.tile) par.tile_elems = base.parallel.tile_elems > 0 ? base.parallel.tile_elems : 65536;
+  if (!system.dtype.empty()) {
+    p.train.run.dtype = system.dtype == "bf16" ? DataType::bf16 : DataType::f16;
+    // 16-bit gradients as DeepSpeed keeps them where the YAML asks for them.
+    if (base.model.grad_dtype != DataType::f32) p.train.model.grad_dtype = p.train.run.dtype;
+  }
   par.overlap = system.overlap == 1  ? 1
                 : system.overlap > 1 ? system.overlap
                                      : base.parallel.overlap;
@@ -308,8 +316,9 @@ Planner plan_for(const std::string& experiment) {
   if (experiment == "weak_scaling") return sweep_plan;
   if (experiment == "strong_scaling") return strong_scaling_plan;
   if (experiment == "memory") return memory_plan;
+  if (experiment == "convergence") return ablation_plan;  // every system on layout.*
   throw ConfigError("unknown experiment '" + experiment +
-                    "' (expected ablation, weak_scaling, strong_scaling or memory)");
+                    "' (expected ablation, weak_scaling, strong_scaling, memory or convergence)");
 }
 
 }  // namespace ted::experiments
