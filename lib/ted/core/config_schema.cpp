@@ -125,6 +125,12 @@ void ConfigSchema::add_path(const std::string& key, std::string* target) {
   entries_[key].path = true;
 }
 
+void ConfigSchema::add_prefix(const std::string& key, std::string* target,
+                              const std::string& suffix) {
+  add_path(key, target);
+  entries_[key].suffix = suffix;
+}
+
 void ConfigSchema::add(const std::string& key, std::vector<int>* target) {
   Entry entry{"a list of integers",
               [target](const std::string& text) {
@@ -243,14 +249,18 @@ void ConfigSchema::set_all(const std::vector<std::string>& assignments) {
 namespace {
 // `name` as given when it exists (or is absolute or empty), else the first that exists of
 // <folder of yaml>/name, <its parent>/name, ...; unchanged when none does (the check that
-// follows names it).
-std::string locate(const std::string& name, const std::string& yaml) {
+// follows names it). With a `suffix` (a prefix's), <name><suffix> existing matches too.
+std::string locate(const std::string& name, const std::string& yaml, const std::string& suffix) {
   namespace fs = std::filesystem;
   std::error_code error;
-  if (name.empty() || fs::path(name).is_absolute() || fs::exists(name, error)) return name;
+  auto found = [&](const fs::path& path) {
+    return fs::exists(path, error) ||
+           (!suffix.empty() && fs::exists(fs::path(path.string() + suffix), error));
+  };
+  if (name.empty() || fs::path(name).is_absolute() || found(name)) return name;
   for (fs::path folder = fs::absolute(yaml, error).parent_path(); !folder.empty();
        folder = folder.parent_path()) {
-    if (fs::exists(folder / name, error)) return (folder / name).lexically_normal().string();
+    if (found(folder / name)) return (folder / name).lexically_normal().string();
     if (folder == folder.parent_path()) break;
   }
   return name;
@@ -290,7 +300,7 @@ void ConfigSchema::load_yaml(const std::string& path) {
       } else if (value.IsMap()) {
         walk(value, key + ".");
       } else if (value.IsScalar() && known != entries_.end() && known->second.path) {
-        set_value(key, locate(value.Scalar(), path), path);
+        set_value(key, locate(value.Scalar(), path, known->second.suffix), path);
       } else if (value.IsScalar()) {
         set_value(key, value.Scalar(), path);
       } else if (entries_.count(key)) {

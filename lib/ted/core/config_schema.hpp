@@ -48,6 +48,10 @@ class ConfigSchema {
   // else found from the YAML's folder and its parents (so a config names
   // experiments/clusters/x.yaml and works from anywhere in or outside the repository).
   void add_path(const std::string& key, std::string* target);
+  // A file path or the prefix of files named <prefix><suffix> (a Megatron dataset's
+  // <prefix>.idx and <prefix>.bin): found as add_path's paths, a folder matching when it holds
+  // the path itself or <path><suffix>.
+  void add_prefix(const std::string& key, std::string* target, const std::string& suffix);
   // Lists: a YAML sequence of scalars ("[1, 2, 4]"), or on the command line "1,2,4".
   void add(const std::string& key, std::vector<int>* target);
   void add(const std::string& key, std::vector<std::string>* target);
@@ -77,6 +81,7 @@ class ConfigSchema {
     std::function<std::string()> print;
     bool list = false;
     bool path = false;
+    std::string suffix = "";  // a prefix's: the path matches where <path><suffix> exists
   };
   void add_entry(const std::string& key, Entry entry);
   std::map<std::string, Entry> entries_;

@@ -17,6 +17,7 @@ enum Stream : std::uint64_t {
   kData = 4,            // synthetic data: (sample, position)
   kWorkload = 5,        // forced routing workloads: (step, layer, global token * top_k + choice)
   kDropout = 6,         // dropout masks: (step, layer's site, global token), then the feature
+  kShuffle = 7,         // data order: (epoch, position)
 };
 
 TED_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t x) {  // splitmix64 finaliser
