@@ -8,6 +8,9 @@
 //   TokenFileSource - a flat binary file of uint16 or uint32 token ids (little-endian), the
 //                     format GPT data pipelines write; sample i is the window starting at
 //                     (i * seq_len) mod (tokens - seq_len).
+//   MegatronSource  - (megatron_data.hpp) Megatron-Core's indexed dataset, a .bin/.idx pair:
+//                     windows of seq_len + 1 tokens of its documents' token stream, shuffled
+//                     per epoch; the last documents (or a second dataset) a validation split.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 
 #include "ted/core/error.hpp"
 #include "ted/model/gpt.hpp"
+#include "ted/train/megatron_data.hpp"
 
 namespace ted::train {
 
@@ -43,11 +44,13 @@ ConfigSchema TrainConfig::schema() {
   s.add("optimizer.eps", &optimizer.eps);
   s.add("optimizer.grad_clip", &optimizer.grad_clip);
   s.add("data.source", &data.source);
-  s.add_path("data.path", &data.path);
+  s.add_prefix("data.path", &data.path, ".idx");  // a file, or megatron's prefix
   s.add("data.token_bytes", &data.token_bytes);
   s.add("data.noise", &data.noise);
   s.add("data.micro_batch", &data.micro_batch);
   s.add("data.micro_batches", &data.micro_batches);
+  s.add("data.valid_fraction", &data.valid_fraction);
+  s.add_prefix("data.valid_path", &data.valid_path, ".idx");
   std::vector<std::string> workloads;
   for (int i = 0; i < routing::kWorkloadKindCount; ++i)
     workloads.emplace_back(routing::to_string(static_cast<routing::WorkloadKind>(i)));
@@ -98,11 +101,29 @@ void TrainConfig::check_layout(int tensor, int expert) const {
 void TrainConfig::validate() const {
   model.validate();
   optimizer.validate();
-  if (data.source != "synthetic" && data.source != "file")
-    throw ConfigError("data.source must be synthetic or file, got '" + data.source + "'");
+  const bool megatron = data.source == "megatron";
+  if (data.source != "synthetic" && data.source != "file" && !megatron)
+    throw ConfigError("data.source must be synthetic, file or megatron, got '" + data.source + "'");
   if (data.source == "file" && data.path.empty())
     throw ConfigError("data.path must name a token file when data.source is file");
   if (data.source == "file") check_readable_file(data.path, "data.path");
+  if (megatron && data.path.empty())
+    throw ConfigError(
+        "data.path must name a Megatron dataset's prefix (<prefix>.bin and <prefix>.idx) when "
+        "data.source is megatron");
+  if (megatron) check_megatron_files(data.path, "data.path");
+  if (!(data.valid_fraction >= 0 && data.valid_fraction <= 0.5))
+    throw ConfigError("data.valid_fraction must be in [0, 0.5], got " +
+                      std::to_string(data.valid_fraction));
+  if (!megatron && (data.valid_fraction > 0 || !data.valid_path.empty()))
+    throw ConfigError(
+        std::string(data.valid_fraction > 0 ? "data.valid_fraction" : "data.valid_path") +
+        " splits a Megatron dataset: it needs data.source megatron, got '" + data.source + "'");
+  if (data.valid_fraction > 0 && !data.valid_path.empty())
+    throw ConfigError(
+        "data.valid_fraction and data.valid_path both name the validation split: give one "
+        "(valid_fraction 0 with valid_path)");
+  if (!data.valid_path.empty()) check_megatron_files(data.valid_path, "data.valid_path");
   if (data.token_bytes != 2 && data.token_bytes != 4)
     throw ConfigError("data.token_bytes must be 2 or 4, got " + std::to_string(data.token_bytes));
   at_least(data.micro_batch, 1, "data.micro_batch");

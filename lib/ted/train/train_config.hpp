@@ -7,8 +7,9 @@
 //   routing:   workload (learned | balanced | hot_experts | hot_rank | zipf | zero_load |
 //              rotating: routing/workload.hpp) hot_experts hot_share zipf_s zero_experts
 //   optimizer: lr min_lr warmup_steps weight_decay beta1 beta2 eps grad_clip
-//   data:      source (synthetic | file) path token_bytes (2 | 4) noise micro_batch
-//              micro_batches
+//   data:      source (synthetic | file | megatron) path (megatron: the dataset's prefix)
+//              token_bytes (2 | 4) noise micro_batch micro_batches valid_fraction valid_path
+//              (megatron's validation split: train/megatron_data.hpp)
 //   training:  steps seed log_every csv grad_dtype (fp32 | run.dtype: 16-bit gradients, reduced
 //              in 16-bit, as DeepSpeed's fp16 ZeRO-1) eval_every eval_batches save_dir
 //              save_every save_keep resume load (checkpoints: run/checkpoint.hpp)
@@ -36,6 +37,10 @@ struct DataConfig {
   double noise = 0.1;     // synthetic only
   int micro_batch = 4;    // sequences per micro-batch (one gating group)
   int micro_batches = 1;  // accumulated per optimizer step
+  // megatron only: the last documents of data.path held out as the validation split, a fraction
+  // in [0, 0.5] (0: none); or valid_path, the prefix of a second dataset that is the split.
+  double valid_fraction = 0;
+  std::string valid_path;
 };
 
 // The TED layout and switches (docs/algorithm.md sections 3-5).

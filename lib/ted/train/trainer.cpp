@@ -4,13 +4,29 @@
 
 #include "ted/model/gpt.hpp"
 #include "ted/train/loss_scaler.hpp"
+#include "ted/train/megatron_data.hpp"
 
 namespace ted::train {
+
+namespace {
+MegatronSpec megatron_spec(const TrainConfig& config) {
+  MegatronSpec spec;
+  spec.path = config.data.path;
+  spec.valid_path = config.data.valid_path;
+  spec.valid_fraction = config.data.valid_fraction;
+  spec.vocab = config.model.vocab;
+  spec.seq_len = config.model.seq_len;
+  spec.seed = config.model.seed;
+  return spec;
+}
+}  // namespace
 
 std::unique_ptr<TokenSource> make_source(const TrainConfig& config) {
   if (config.data.source == "file")
     return std::make_unique<TokenFileSource>(config.data.path, config.data.token_bytes,
                                              config.model.vocab, config.model.seq_len);
+  if (config.data.source == "megatron")
+    return make_megatron_source(megatron_spec(config), MegatronSplit::training);
   return std::make_unique<SyntheticSource>(config.model.vocab, config.model.seed,
                                            config.data.noise);
 }
@@ -40,6 +56,8 @@ class OffsetSource final : public TokenSource {
 std::unique_ptr<TokenSource> make_validation_source(const TrainConfig& config) {
   if (config.data.source == "synthetic")
     return std::make_unique<OffsetSource>(make_source(config), std::int64_t{1} << 40);
+  if (config.data.source == "megatron")
+    return make_megatron_source(megatron_spec(config), MegatronSplit::validation);
   return nullptr;
 }
 

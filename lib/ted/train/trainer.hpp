@@ -48,7 +48,8 @@ struct StepRecord {
 
 std::unique_ptr<TokenSource> make_source(const TrainConfig& config);
 // The held-out samples the validation loss is measured on, or null where the data has none:
-// the synthetic chain's samples from index 2^40 on (beyond any run's).
+// the synthetic chain's samples from index 2^40 on (beyond any run's); megatron's validation
+// split (data.valid_fraction or data.valid_path; null without one).
 std::unique_ptr<TokenSource> make_validation_source(const TrainConfig& config);
 
 class Trainer {
