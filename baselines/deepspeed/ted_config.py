@@ -37,7 +37,9 @@ DEFAULTS = {
     "optimizer": {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 10, "weight_decay": 0.01,
                   "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0},
     "data": {"source": "synthetic", "path": "", "token_bytes": 2, "noise": 0.1, "micro_batch": 4,
-             "micro_batches": 1, "global_batch": 0},
+             "micro_batches": 1, "global_batch": 0,
+             # megatron: the validation split, the last documents or a second prefix
+             "valid_fraction": 0.0, "valid_path": ""},
     "training": {"steps": 100, "seed": 1234, "log_every": 1, "csv": "", "grad_dtype": "fp32"},
     "routing": dict(ted_workload.DEFAULTS),  # forced workloads (ted_workload.py)
     "parallel": {"tp": 1, "ep": 1, "dp": 0, "dtd": False, "cac": False, "cac_all_reduce": False,
@@ -170,6 +172,16 @@ def load(path, overrides=()):
     return cfg
 
 
+def _check_megatron_files(prefix, key):
+    """train/megatron_data.cpp check_megatron_files: <prefix>.idx and <prefix>.bin are files."""
+    if prefix.endswith((".bin", ".idx")) and not os.path.exists(prefix + ".idx"):
+        raise ConfigError(f"{key} '{prefix}' names a file of the dataset; give its prefix, "
+                          "without .bin or .idx")
+    for suffix, what in ((".idx", "index"), (".bin", "data")):
+        if not os.path.isfile(prefix + suffix):
+            raise ConfigError(f"{key}: the Megatron {what} '{prefix + suffix}' does not exist")
+
+
 def _validate(cfg):
     m, g, o, d, r = cfg["model"], cfg["gating"], cfg["optimizer"], cfg["data"], cfg["run"]
     _positive(cfg, ["model.seq_len", "model.hidden", "model.heads", "model.layers",
@@ -196,10 +208,27 @@ def _validate(cfg):
     if o["lr"] <= 0 or o["min_lr"] < 0 or o["warmup_steps"] < 0 or o["grad_clip"] < 0:
         raise ConfigError("optimizer.lr must be positive; min_lr, warmup_steps and grad_clip "
                           "must not be negative")
-    if d["source"] not in ("synthetic", "file"):
-        raise ConfigError(f"data.source must be synthetic or file, got '{d['source']}'")
+    if d["source"] not in ("synthetic", "file", "megatron"):
+        raise ConfigError(f"data.source must be synthetic, file or megatron, got '{d['source']}'")
     if d["source"] == "file" and not os.path.isfile(d["path"]):
         raise ConfigError(f"data.path: '{d['path']}' is not a file")
+    megatron = d["source"] == "megatron"
+    if megatron and not d["path"]:
+        raise ConfigError("data.path must name a Megatron dataset's prefix (<prefix>.bin and "
+                          "<prefix>.idx) when data.source is megatron")
+    if megatron:
+        _check_megatron_files(d["path"], "data.path")
+    if not 0 <= d["valid_fraction"] <= 0.5:
+        raise ConfigError(f"data.valid_fraction must be in [0, 0.5], got {d['valid_fraction']}")
+    if not megatron and (d["valid_fraction"] > 0 or d["valid_path"]):
+        key = "data.valid_fraction" if d["valid_fraction"] > 0 else "data.valid_path"
+        raise ConfigError(f"{key} splits a Megatron dataset: it needs data.source megatron, got "
+                          f"'{d['source']}'")
+    if d["valid_fraction"] > 0 and d["valid_path"]:
+        raise ConfigError("data.valid_fraction and data.valid_path both name the validation "
+                          "split: give one (valid_fraction 0 with valid_path)")
+    if d["valid_path"]:
+        _check_megatron_files(d["valid_path"], "data.valid_path")
     if d["token_bytes"] not in (2, 4):
         raise ConfigError(f"data.token_bytes must be 2 or 4, got {d['token_bytes']}")
     if not 0 <= d["noise"] <= 1:
