@@ -12,7 +12,7 @@
 //   .bin  every sequence's token ids back to back, in the dtype's width.
 // Both files are memory-mapped read-only and checked whole when opened; integer dtypes only.
 //
-// The sample stream (the DeepSpeed runner implements the same, baselines/deepspeed/):
+// The sample stream (a spec the DeepSpeed runner shares, docs/training.md):
 //   - Splits by documents, contiguous, as Megatron's split string: with data.valid_fraction
 //     f > 0 the last max(1, round(f x D)) documents (round half to even, Python's round, which
 //     Megatron's split uses) are the validation split, the rest the training split; or
