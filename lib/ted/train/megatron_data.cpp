@@ -243,7 +243,9 @@ MegatronDataset::MegatronDataset(const std::string& prefix, const std::string& k
       throw bad_index("has sequence " + str(s) + " at byte " + str(pointer(s)) +
                       " of the .bin, but the sequences before it end at byte " + str(end) +
                       ": its pointers do not follow its lengths");
-    end += length(s) * width;  // at most 2^31 x 8 bytes a sequence: no overflow
+    if (length(s) * width > std::numeric_limits<std::int64_t>::max() - end)
+      throw bad_index("has sequences longer in all than a file can be");
+    end += length(s) * width;
   }
   tokens_ = end / width;
   map(bin_, bin, key + ": the Megatron data");
