@@ -40,6 +40,11 @@ std::string str(std::int64_t n) {
   return std::to_string(n);
 }
 
+// "1 document", "3 documents".
+std::string documents_count(std::int64_t n) {
+  return str(n) + (n == 1 ? " document" : " documents");
+}
+
 // "1.02M tokens": three significant digits from a thousand on.
 std::string count_text(std::int64_t n) {
   if (n < 1000) return str(n);
@@ -424,8 +429,7 @@ std::string MegatronSource::describe() const {
     text += ", validation split: the last " + str(documents()) + " of " + str(data_->documents()) +
             " documents";
   text += std::string(" (") + to_string(data_->dtype());
-  if (!(split_ == MegatronSplit::validation && part))
-    text += ", " + str(documents()) + " documents";
+  if (!(split_ == MegatronSplit::validation && part)) text += ", " + documents_count(documents());
   text += ", " + count_text(stream_tokens_) + " tokens, " + str(windows_) + " windows of " +
           str(seq_len_) + "+1";
   if (split_ == MegatronSplit::validation) text += ", in order";
@@ -447,8 +451,8 @@ std::unique_ptr<MegatronSource> make_megatron_source(const MegatronSpec& spec,
       throw ConfigError("data.path: '" + spec.path + "' has no documents");
     auto source = std::make_unique<MegatronSource>(data, 0, data->documents(), split, spec);
     const std::int64_t tokens = split_tokens(*valid, 0, valid->documents(), spec.seq_len);
-    source->set_note("validation: " + spec.valid_path + ", " + str(valid->documents()) +
-                     " documents, " + str((tokens - 1) / spec.seq_len) + " windows");
+    source->set_note("validation: " + spec.valid_path + ", " + documents_count(valid->documents()) +
+                     ", " + str((tokens - 1) / spec.seq_len) + " windows");
     return source;
   }
   auto data = std::make_shared<const MegatronDataset>(spec.path, "data.path");
@@ -460,15 +464,15 @@ std::unique_ptr<MegatronSource> make_megatron_source(const MegatronSpec& spec,
     std::snprintf(fraction, sizeof fraction, "%g", spec.valid_fraction);
     throw ConfigError("data.valid_fraction " + std::string(fraction) +
                       " leaves no document for training: '" + spec.path + "' has " +
-                      str(documents) + (documents == 1 ? " document" : " documents") + ", and " +
-                      str(valid) + " would be the validation split");
+                      documents_count(documents) + ", and " + str(valid) +
+                      " would be the validation split");
   }
   const std::int64_t train_end = documents - valid;
   if (validation) return std::make_unique<MegatronSource>(data, train_end, documents, split, spec);
   auto source = std::make_unique<MegatronSource>(data, 0, train_end, split, spec);
   if (valid > 0) {
     const std::int64_t tokens = split_tokens(*data, train_end, documents, spec.seq_len);
-    source->set_note("validation: last " + str(valid) + " documents, " +
+    source->set_note("validation: last " + documents_count(valid) + ", " +
                      str((tokens - 1) / spec.seq_len) + " windows");
   }
   return source;
