@@ -531,6 +531,10 @@ TEST_CASE(
   CHECK_THAT(rule({"data.valid_path=" + (folder / "data" / "held_out").string()}),
              ContainsSubstring("data.valid_fraction and data.valid_path both name the validation "
                                "split: give one"));
+  CHECK_THAT(rule({"data.valid_fraction=0", "training.eval_every=5"}),
+             ContainsSubstring("training.eval_every needs a held-out split: data.source megatron "
+                               "has one with data.valid_fraction or data.valid_path"));
+  CHECK_THAT(rule({"training.eval_every=5"}), ContainsSubstring("(no ConfigError)"));
   CHECK_THAT(rule({"data.source=synthetic"}),
              ContainsSubstring("data.valid_fraction splits a Megatron dataset: it needs "
                                "data.source megatron, got 'synthetic'"));

@@ -139,6 +139,10 @@ void TrainConfig::validate() const {
   at_least(eval_batches, 1, "training.eval_batches");
   if (eval_every > 0 && data.source == "file")
     throw ConfigError("training.eval_every needs a held-out split, and data.source file has none");
+  if (eval_every > 0 && megatron && data.valid_fraction == 0 && data.valid_path.empty())
+    throw ConfigError(
+        "training.eval_every needs a held-out split: data.source megatron has one with "
+        "data.valid_fraction or data.valid_path");
   at_least(checkpoint.save_every, 0, "training.save_every (0: only when stopped by a signal)");
   at_least(checkpoint.save_keep, 1, "training.save_keep");
   if (checkpoint.save_every > 0 && checkpoint.save_dir.empty())
