@@ -11,7 +11,9 @@ vocabulary-parallel one of Megatron's GPT), else a matrix of its own.
 Matrices and embeddings are drawn from N(0, init_std), biases are 0, LayerNorm gains 1; weight
 decay applies to the matrices only. The parameter count equals ours exactly (the test checks).
 What differs is DeepSpeed's by design: its gating (README, "Gating, and how it differs from
-DeepSpeed-MoE"), its random numbers, and the order of its sums.
+DeepSpeed-MoE"), its random numbers, and the order of its sums. Dropout takes our masks where
+run.py gives the model their keys (ted_train configs: use_dropout_keys, dropout_masks.py), else
+PyTorch's.
 """
 import math
 
@@ -24,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from deepspeed.moe.layer import MoE
 
 import counter_random
+import dropout_masks
 
 
 class Attention(nn.Module):
@@ -31,6 +34,7 @@ class Attention(nn.Module):
         super().__init__()
         self.dropout = dropout
         self.heads, self.fused = heads, fused
+        self.keys = None  # this block's dropout_masks.LayerKeys (GptMoe.use_dropout_keys)
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
 
@@ -39,14 +43,17 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(hidden, dim=-1)
         shape = (batch, seq, self.heads, hidden // self.heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        if self.fused:  # PyTorch's fused causal attention, as model.attention: fused (or auto)
+        ours = self.keys is not None and self.training and self.dropout > 0
+        if self.fused and not ours:  # PyTorch's fused causal attention (fused, auto)
             out = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        else:  # the [seq, seq] probabilities kept per head, as model.attention: materialized
+        else:  # the [seq, seq] probabilities kept per head (materialized, or our dropout masks)
             scores = q @ k.transpose(-2, -1) / math.sqrt(hidden // self.heads)
             mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
             probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
-            out = F.dropout(probs, self.dropout, self.training) @ v
+            probs = self.keys.drop_probs(probs, 0) if ours else \
+                F.dropout(probs, self.dropout, self.training)
+            out = probs @ v
         return self.proj(out.transpose(1, 2).reshape(batch, seq, hidden))
 
 
@@ -64,6 +71,7 @@ class Block(nn.Module):
         # auto: PyTorch's fused attention, its fastest on every device it runs on here
         self.attn = Attention(h, m["heads"], m["attention"] != "materialized", m["dropout"])
         self.dropout = m["dropout"]
+        self.keys = None  # dropout_masks.LayerKeys of this block (GptMoe.use_dropout_keys)
         self.ln2 = nn.LayerNorm(h, eps=1e-5)
         self.moe = moe
         expert = ffn(h, m["ffn_mult"] * h)
@@ -79,15 +87,18 @@ class Block(nn.Module):
 
     def forward(self, x):
         # Dropout where ours has it (each sub-layer's output before its residual, and the
-        # attention probabilities), with PyTorch's random numbers: ours' masks are counters of
-        # (seed, step, layer, token, feature), so the two match in distribution, not mask by mask.
-        drop = lambda t: F.dropout(t, self.dropout, self.training)  # noqa: E731
-        x = x + drop(self.attn(self.ln1(x)))
+        # attention probabilities): ours' masks when given their keys (gpt_ted.py says how),
+        # else PyTorch's random numbers (equal to ours in distribution only).
+        if self.keys is not None and self.training and self.dropout > 0:
+            drop = self.keys.drop_output
+        else:
+            drop = lambda t, site: F.dropout(t, self.dropout, self.training)  # noqa: E731
+        x = x + drop(self.attn(self.ln1(x)), dropout_masks.ATTENTION_OUTPUT)
         if self.moe:
             out, aux, _ = self.ffn(self.ln2(x))
-            return x + drop(out), aux.float()
-        return x + drop(self.ffn(self.ln2(x))), torch.zeros((), dtype=torch.float32,
-                                                             device=x.device)
+            return x + drop(out, dropout_masks.FFN_OUTPUT), aux.float()
+        return x + drop(self.ffn(self.ln2(x)), dropout_masks.FFN_OUTPUT), \
+            torch.zeros((), dtype=torch.float32, device=x.device)
 
 
 class GptMoe(nn.Module):
@@ -106,6 +117,11 @@ class GptMoe(nn.Module):
         self.tied = m["tie_embeddings"]
         self.lm_head = None if self.tied else nn.Linear(h, vocab, bias=False)
         self.checkpoint = m["checkpoint"]
+
+    def use_dropout_keys(self, keys):
+        """Our dropout masks in place of PyTorch's (gpt_ted.GptTed.use_dropout_keys)."""
+        for layer, block in enumerate(self.blocks):
+            block.keys = block.attn.keys = keys.layer(layer)
 
     def forward(self, tokens, targets):
         positions = torch.arange(tokens.shape[1], device=tokens.device)

@@ -25,6 +25,14 @@ The embedding, two ways (`tied`):
 - tied, vocabulary-parallel (Megatron's GPT): the token embedding split by vocabulary rows over
   T, used again as the output layer, and the cross-entropy computed on the vocabulary slices
   (megatron.VocabParallelEmbedding, vocab_parallel_cross_entropy); no LM head tensor.
+
+Dropout (model.dropout > 0), where ours has it: on the attention probabilities of this rank's
+heads and on each sub-layer's h-wide output (after the all-reduce) before its residual. Given
+its keys (use_dropout_keys: run.py does so for ted_train configs) the model drops with our
+masks, ported bit for bit (dropout_masks.py: keyed by seed, step, layer, global token, feature
+and global head), so it trains step by step as ours does; the attention then runs materialized
+(the softmax, our mask on the probabilities, @ v), since SDPA draws its own. Without keys, and
+with dropout 0, as before: PyTorch's masks (F.dropout, SDPA's dropout_p).
 """
 import math
 
@@ -37,6 +45,7 @@ from torch.utils.checkpoint import checkpoint
 from deepspeed.moe.layer import MoE
 
 import counter_random
+import dropout_masks
 import megatron
 
 
@@ -46,6 +55,8 @@ class Attention(nn.Module):
         self.dropout = dropout
         T = megatron.groups().T
         self.local_hidden, self.local_heads, self.fused = hidden // T, heads // T, fused
+        self.first_head = megatron.groups().t * self.local_heads  # ours' DropoutKey::first_head
+        self.keys = None  # this block's dropout_masks.LayerKeys (GptTed.use_dropout_keys)
         self.qkv = megatron.ColumnParallelLinear(hidden, 3 * self.local_hidden)
         self.proj = megatron.RowParallelLinear(self.local_hidden, hidden)
 
@@ -55,14 +66,19 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(hl, dim=-1)
         shape = (batch, seq, heads, hl // heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        if self.fused:
+        ours = self.keys is not None and self.training and self.dropout > 0
+        if self.fused and not ours:
             out = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        else:
+        else:  # materialized; with our masks always (SDPA takes no mask of ours)
             scores = q @ k.transpose(-2, -1) / math.sqrt(hl // heads)
             mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
             probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
-            out = F.dropout(probs, self.dropout, self.training) @ v
+            if ours:
+                probs = self.keys.drop_probs(probs, self.first_head)
+            else:
+                probs = F.dropout(probs, self.dropout, self.training)
+            out = probs @ v
         return self.proj(out.transpose(1, 2).reshape(batch, seq, hl))
 
 
@@ -90,6 +106,7 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(h, eps=1e-5)
         self.attn = Attention(h, m["heads"], m["attention"] != "materialized", m["dropout"])
         self.dropout = m["dropout"]
+        self.keys = None  # dropout_masks.LayerKeys of this block (GptTed.use_dropout_keys)
         self.ln2 = nn.LayerNorm(h, eps=1e-5)
         self.moe = moe
         if moe:
@@ -106,15 +123,19 @@ class Block(nn.Module):
 
     def forward(self, x):
         # Dropout where ours has it (each sub-layer's output before its residual, and the
-        # attention probabilities), with PyTorch's random numbers: ours' masks are counters of
-        # (seed, step, layer, token, feature), so the two match in distribution, not mask by mask.
-        drop = lambda t: F.dropout(t, self.dropout, self.training)  # noqa: E731
-        x = x + drop(self.attn(self.ln1(x)))
+        # attention probabilities): ours' masks when the model was given its keys (run.py does
+        # for ted_train configs), else PyTorch's random numbers (equal to ours in distribution
+        # only).
+        if self.keys is not None and self.training and self.dropout > 0:
+            drop = self.keys.drop_output
+        else:
+            drop = lambda t, site: F.dropout(t, self.dropout, self.training)  # noqa: E731
+        x = x + drop(self.attn(self.ln1(x)), dropout_masks.ATTENTION_OUTPUT)
         if self.moe:
             out, aux, _ = self.ffn(self.ln2(x))
-            return x + drop(out), aux.float()
-        return x + drop(self.ffn(self.ln2(x))), torch.zeros((), dtype=torch.float32,
-                                                             device=x.device)
+            return x + drop(out, dropout_masks.FFN_OUTPUT), aux.float()
+        return x + drop(self.ffn(self.ln2(x)), dropout_masks.FFN_OUTPUT), \
+            torch.zeros((), dtype=torch.float32, device=x.device)
 
 
 class GptTed(nn.Module):
@@ -147,6 +168,12 @@ class GptTed(nn.Module):
                 # Whole experts differ between the tensor ranks too (DeepSpeed's expert groups
                 # are consecutive ranks): each rank's count in the norm.
                 megatron.mark_tensor_parallel(p)
+
+    def use_dropout_keys(self, keys):
+        """Our dropout masks from now on (dropout_masks.DropoutKeys, moved to each micro-batch by
+        keys.at(step, first sample)) in place of PyTorch's; the attention runs materialized."""
+        for layer, block in enumerate(self.blocks):
+            block.keys = block.attn.keys = keys.layer(layer)
 
     def forward(self, tokens, targets):
         positions = torch.arange(tokens.shape[1], device=tokens.device)

@@ -318,6 +318,15 @@ class Run:
         self.source = gpt_moe.make_source(cfg)
         self.flops_per_step = gpt_moe.model_flops(cfg, point.tokens_per_step())
         self.step_ledger = {}  # DeepSpeed-TED: the last step's bytes per (operation, group)
+        # ted_train configs drop with our masks (dropout_masks.py), keyed per micro-batch in
+        # step(); an experiment's timed points keep PyTorch's, drawn on the device (ours are
+        # numpy's, on the host: at the paper's shapes they would dominate the step).
+        self.dropout_keys = None
+        if not cfg["experiment"] and m["dropout"] > 0:
+            import dropout_masks
+            self.dropout_keys = dropout_masks.DropoutKeys(cfg["training"]["seed"], m["dropout"],
+                                                          m["seq_len"])
+            self.engine.module.use_dropout_keys(self.dropout_keys)
 
     def step(self, step):
         """One optimizer step: (slowest rank's seconds, lm loss, aux loss, lr, grad norm,
@@ -349,6 +358,8 @@ class Run:
             first = (step * micro * data_parallel + m * data_parallel + data_rank) * \
                 d["micro_batch"]
             self.probe.begin_micro_batch(first)
+            if self.dropout_keys is not None:  # ours' Batch{first_sample, step}
+                self.dropout_keys.at(step, first)
             tokens, targets = self.gpt_moe.micro_batch(
                 self.source, first, d["micro_batch"], seq, self.device)
             if self.ted:
@@ -445,7 +456,8 @@ class Run:
         names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
         grad_dtype = names.get(self.engine.communication_data_type,
                                str(self.engine.communication_data_type))
-        fused = self.point.cfg["model"]["attention"] != "materialized"
+        fused = self.point.cfg["model"]["attention"] != "materialized" and \
+            self.dropout_keys is None  # our masks: materialized
         system = f"deepspeed-{deepspeed.__version__}"
         if self.ted:
             import deepspeed_ted

@@ -29,7 +29,8 @@ DEFAULTS = {
               "experts": 4, "expert_interval": 2, "checkpoint": False, "attention": "auto",
               "init_std": 0.02,
               # Ours' defaults: the embedding tied to the LM head (vocabulary-parallel at T > 1),
-              # no dropout (with dropout the masks are PyTorch's, not ours' counters).
+              # no dropout (with dropout a ted_train config draws ours' masks, dropout_masks.py;
+              # an experiment's timed points PyTorch's).
               "tie_embeddings": True, "dropout": 0.0},
     "gating": {"top_k": 1, "capacity_factor": 1.0, "min_capacity": 4,
                "random_token_selection": False, "second_choice_noise": False, "dropless": False,

@@ -3,15 +3,18 @@
 wrote them):
     check_deepspeed_ted.py <work dir>          (deepspeed_ted.sh)
     check_deepspeed_ted.py <work dir> forms    (deepspeed_ted_forms.sh: see forms())
-For each DeepSpeed configuration (ted, ted-nodtd, ted-whole): ours_<name>.csv and
-deepspeed_<name>.csv (ted_train's schema, 3 steps on 4 ranks, T = 2, Ep = 2, D = 1),
-deepspeed_loads_<name>.csv (run.py --loads) and ours_loads.csv (print_workload loads). Prints
-each check; exit 1 on the first that fails.
+For each DeepSpeed configuration (ted, ted-nodtd, ted-whole, and ted-dropout: ted with
+model.dropout 0.1): ours_<name>.csv and deepspeed_<name>.csv (ted_train's schema, 3 steps on 4
+ranks, T = 2, Ep = 2, D = 1), deepspeed_loads_<name>.csv (run.py --loads) and ours_loads.csv
+(print_workload loads). Prints each check; exit 1 on the first that fails.
 
 The tolerance: both sides start from the same weights (the baseline draws ours), route every
 token to the same experts (the forced workload) and drop none, so they compute the same
 function in fp32 in different orders of summation: the losses and gradient norms of every step
-agree to 1e-5 relative (measured: about 1e-7) and the final fingerprint to 1e-6.
+agree to 1e-5 relative (measured: about 1e-7) and the final fingerprint to 1e-6. With dropout
+too: the baseline drops with our masks (baselines/deepspeed/dropout_masks.py), so both sides
+zero the same elements; that the masks apply shows in each side's losses, unlike those of the
+run without dropout.
 
 Bytes per operation and group (rank 0, each step), in our ledger's convention:
 - the model's collectives equal: the expert all-to-alls, the tensor group's all-reduces (the
@@ -105,7 +108,7 @@ if len(sys.argv) > 2 and sys.argv[2] == "forms":
     sys.exit(0)
 
 ours_loads = (work / "ours_loads.csv").read_text()
-for name in ("ted", "ted-nodtd", "ted-whole"):
+for name in ("ted", "ted-nodtd", "ted-whole", "ted-dropout"):
     ours, ds = read(f"ours_{name}.csv"), read(f"deepspeed_{name}.csv")
     check(len(ours) == len(ds) == 3, f"{name}: 3 steps on each side")
     check(ds[0]["T"] == "2" and ds[0]["Ep"] == "2" and
@@ -160,3 +163,11 @@ for name in ("ted", "ted-nodtd", "ted-whole"):
     print(f"#     {name}: memory DeepSpeed / ours: " + ", ".join(
         f"{c} {ds[-1][f'peak_{c}_bytes']}/{ours[-1][f'peak_{c}_bytes']}"
         for c in ("optimizer_state", "activations", "communication", "optimizer_temporaries")))
+
+# Dropout 0.1 changes every step's loss on both sides (the masks are applied), against the same
+# run without it (ted); the tight agreement above is with them.
+plain = [float(r["loss"]) for r in read("ours_ted.csv")]
+for side in ("ours", "deepspeed"):
+    dropped = [float(r["loss"]) for r in read(f"{side}_ted-dropout.csv")]
+    check(all(a != b for a, b in zip(dropped, plain)), f"ted-dropout: {side} losses "
+          f"{', '.join(map(str, dropped))}, unlike those without dropout")

@@ -6,6 +6,8 @@
 #   ted        tensor-parallel experts with DeepSpeed's Duplicate Token Dropping = our --dtd
 #   ted-nodtd  the same with its token dropping taken out               = our ted-baseline
 #   ted-whole  whole experts (each tensor rank 1/T of the capacity)       = --dtd --no-split-experts
+#   ted-dropout  ted with model.dropout 0.1: the runner draws our masks (dropout_masks.py), so
+#                both sides drop the same elements and it is held to ours as tightly
 # check_deepspeed_ted.py then holds each DeepSpeed run to ours: the losses and gradient norms
 # of every step and the final fingerprint, the per-expert loads of every step and layer, the
 # bytes of every collective per operation and group (as the schedules' designs relate them),
@@ -37,8 +39,9 @@ config=experiments/train/tiny-cpu.yaml
 common=(--set parallel.tp=2 --set parallel.ep=2 --steps 3 --set routing.workload=zipf
   --set routing.zipf_s=1.2 --set gating.capacity_factor=4)
 declare -A switches=([ted]="--set parallel.dtd=true" [ted-nodtd]=""
-  [ted-whole]="--set parallel.dtd=true --set parallel.split_experts=false")
-for name in ted ted-nodtd ted-whole; do
+  [ted-whole]="--set parallel.dtd=true --set parallel.split_experts=false"
+  [ted-dropout]="--set parallel.dtd=true --set model.dropout=0.1")
+for name in ted ted-nodtd ted-whole ted-dropout; do
   # shellcheck disable=SC2206
   extra=(${switches[$name]})
   "$mpiexec" -n 4 --oversubscribe "$build/apps/ted_train" -c "$config" "${common[@]}" \
