@@ -289,12 +289,17 @@ def megatron_core_indexed_dataset():
     Megatron-style tensor parallelism, `import megatron` in gpt_ted.py and deepspeed_ted.py)
     shadows the megatron package wherever the folder is on sys.path, as it is first for run.py:
     the package is imported with the folder off the path and sys.modules["megatron"] left as it
-    was (ours, or nothing), its submodules staying under their dotted names."""
+    was (ours, or nothing), its submodules staying under their dotted names. The package is a
+    namespace package (no file): inspect.getmodule, which torch's custom ops call while the
+    package imports, would take it for ours' file it had noted under the same name and fail, so
+    that note goes first (inspect notes the right one at its next call)."""
     import importlib
+    import inspect
     import sys
     import warnings
     here = os.path.dirname(os.path.abspath(__file__))
     ours, path = sys.modules.pop("megatron", None), list(sys.path)
+    getattr(inspect, "_filesbymodname", {}).pop("megatron", None)
     sys.path[:] = [p for p in path if os.path.abspath(p or os.curdir) != here]
     try:
         with warnings.catch_warnings():  # what the package says of Transformer Engine and Apex

@@ -15,6 +15,7 @@ make_source, make_validation_source) against the sample spec of lib/ted/train/me
 Run with the DeepSpeed environment's Python (baselines/deepspeed/setup.sh: megatron-core).
 """
 import contextlib
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -153,6 +154,18 @@ def selftest():
         report(Path(megatron.__file__).parent == Path(gpt_moe.__file__).parent and
                gpt_moe.megatron_core_indexed_dataset() is indexed_dataset,
                "import megatron: the runner's own megatron.py beside Megatron-Core's package")
+        # The runner's order: ours imported (and noted by inspect) before the package.
+        runner_order = subprocess.run([sys.executable, "-c", f"""
+import inspect, sys
+sys.path.insert(0, {str(Path(gpt_moe.__file__).parent)!r})
+import megatron, gpt_moe
+inspect.getmodule(gpt_moe.window_permutation)
+gpt_moe.megatron_core_indexed_dataset().IndexedDataset
+assert sys.modules["megatron"] is megatron and inspect.getmodule(megatron.F) is not None
+"""], capture_output=True, text=True)
+        failed = runner_order.returncode != 0
+        report(not failed, "Megatron-Core's package imports after the runner's megatron.py"
+               + (": " + runner_order.stderr.strip().splitlines()[-1] if failed else ""))
         # hash_middle, the shuffle's draws at once, is hash_key element by element.
         places = numpy.arange(1, 2000, dtype=numpy.uint64)
         draws = counter_random.hash_middle(77, counter_random.SHUFFLE, 3, places).tolist()
