@@ -76,13 +76,14 @@ _LEDGER = [f"{op}_{group}_bytes" for op in ("all_reduce", "all_gather", "reduce_
                                             "all_to_all")
            for group in ("tensor", "expert", "expert_data", "nonexpert_data")]
 TRAIN_COLUMNS = (
-    "step,loss,lm_loss,aux_loss,lr,grad_norm,dropped,seconds,tokens_per_s,gflops_per_s,G,T,Ep,D,"
+    "step,loss,lm_loss,aux_loss,valid_loss,lr,grad_norm,dropped,seconds,tokens_per_s,gflops_per_s,"
+    "G,T,Ep,D,"
     "dtd,cac,reduce_scatter,zero1,tile_elems,backend,dtype,grad_dtype,comm,device,loss_scale,"
     "skipped"
 ).split(",") + _LEDGER + [
     f"peak_{c}_bytes" for c in ("parameters", "gradients", "optimizer_state", "activations",
                                 "communication", "cac_stash", "optimizer_temporaries")
-] + ["fingerprint", "git_revision", "command", "attention", "blas", "blas_kernel", "valid_loss"]
+] + ["fingerprint", "git_revision", "command", "attention", "blas", "blas_kernel"]
 
 
 def torch_blas(torch):
