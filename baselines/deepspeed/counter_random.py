@@ -1,14 +1,16 @@
 """The suite's counter-based random numbers (lib/ted/core/random.hpp), ported bit for bit: every
 draw is a pure function of its key (seed, stream, a, b, c), splitmix64's finaliser chained over
 the key in uint64 arithmetic, so the DeepSpeed baseline draws what our C++ draws (the synthetic
-data, the forced routing workloads). Scalars as Python ints; `hash_last` and `uniform_array`
-take a numpy array of the key's last word, for the many tokens of a workload.
+data, the forced routing workloads, the order of a Megatron dataset's windows). Scalars as
+Python ints; `hash_last` and `uniform_array` take a numpy array of the key's last word, for the
+many tokens of a workload, `hash_middle` one of its b word, for the places of a shuffle.
 """
 import numpy as np
 
 MASK = (1 << 64) - 1
 DATA = 4      # random.hpp kData: synthetic data, (sample, position)
 WORKLOAD = 5  # random.hpp kWorkload: forced workloads, (step, layer, global token * top_k + choice)
+SHUFFLE = 7   # random.hpp kShuffle: the data order, (epoch, position)
 
 
 def mix64(x):
@@ -45,6 +47,12 @@ def hash_last(seed, stream, a, b, c):
     h = mix64(mix64(mix64(seed ^ ((stream * 0xD1B54A32D192ED03) & MASK)) ^ (a & MASK)) ^
               (b & MASK))
     return _mix64_array(np.uint64(h) ^ c.astype(np.uint64))
+
+
+def hash_middle(seed, stream, a, b):
+    """hash_key(seed, stream, a, b) (c = 0) for every element of the uint64 array `b`."""
+    h = mix64(mix64(seed ^ ((stream * 0xD1B54A32D192ED03) & MASK)) ^ (a & MASK))
+    return _mix64_array(_mix64_array(np.uint64(h) ^ b.astype(np.uint64)))  # ^ c = 0: as is
 
 
 def uniform_array(bits):

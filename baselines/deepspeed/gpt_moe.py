@@ -1,6 +1,6 @@
 """The suite's MoE GPT (docs/algorithm.md section 1) in PyTorch, with DeepSpeed's MoE layer
-(deepspeed.moe.layer.MoE) for every expert_interval-th FFN; the suite's synthetic data source;
-the model FLOPs of README's formula.
+(deepspeed.moe.layer.MoE) for every expert_interval-th FFN; the suite's data sources (synthetic,
+a token file, a Megatron indexed dataset); the model FLOPs of README's formula.
 
 The shapes, parameter names' roles and initialisation follow lib/ted/model/gpt.cpp: token and
 position embeddings, pre-LN blocks (causal multi-head attention with a fused QKV projection and
@@ -16,6 +16,7 @@ run.py gives the model their keys (ted_train configs: use_dropout_keys, dropout_
 PyTorch's.
 """
 import math
+import os
 
 import numpy as np
 import torch
@@ -224,11 +225,159 @@ class TokenFileSource:
         return window[:-1].tolist(), window[1:].tolist()
 
 
+def window_permutation(windows, seed, epoch):
+    """The order in which epoch `epoch` visits `windows` windows (lib/ted/train/megatron_data.cpp
+    window_permutation): p = [0, ..., W - 1], then for m from W - 1 down to 1 swap p[m] and p[r],
+    r = hash_key(seed, SHUFFLE, epoch, m) mod (m + 1). The draws at once in numpy, the swaps in
+    their order."""
+    order = list(range(windows))
+    places = np.arange(windows - 1, 0, -1, dtype=np.uint64)
+    draws = counter_random.hash_middle(seed, counter_random.SHUFFLE, epoch, places) % \
+        (places + np.uint64(1))
+    for m, r in zip(range(windows - 1, 0, -1), draws.tolist()):
+        order[m], order[r] = order[r], order[m]
+    return order
+
+
+def validation_documents(fraction, documents):
+    """The last documents data.valid_fraction f makes the validation split: 0 when f is 0, else
+    max(1, floor(f x documents + 0.5)), a half rounded up as C++'s std::round rounds it (Python's
+    round would take it to the even neighbour)."""
+    if not fraction > 0:
+        return 0
+    return max(1, math.floor(fraction * documents + 0.5))
+
+
+class MegatronSource:
+    """Documents [first, end) of a Megatron-Core indexed dataset (<prefix>.bin/.idx, read by its
+    own IndexedDataset), as lib/ted/train/megatron_data.hpp: document d is sequences
+    document_indices[d] .. document_indices[d + 1] - 1, the split's token stream its sequences in
+    file order, window j the stream's tokens [j x seq_len, j x seq_len + seq_len] (inputs the
+    first seq_len, targets the last), W = (tokens - 1) // seq_len of them. Training (shuffle):
+    sample i is window window_permutation(W, seed, e)[i mod W] of epoch e = i // W; validation:
+    sample v is window v mod W, in order. The split's tokens are read into memory."""
+
+    def __init__(self, dataset, key, first, end, vocab, seq_len, seed, shuffle):
+        indices = dataset.document_indices
+        begin, stop = int(indices[first]), int(indices[end])
+        parts = dataset[begin:stop] if stop > begin else []
+        self.tokens = np.concatenate(parts) if parts else np.zeros(0, dataset.index.dtype)
+        self.prefix, self.documents, self.dtype = dataset.path_prefix, end - first, \
+            dataset.index.dtype.__name__
+        total = len(indices) - 1
+        self.what, hold = (f"'{self.prefix}'", "holds") if end - first == total else \
+            (f"the {'last' if end == total else 'first'} {end - first} of the {total} documents "
+             f"of '{self.prefix}'", "hold")
+        if self.tokens.size < seq_len + 1:
+            raise ValueError(f"{key}: {self.what} {hold} {self.tokens.size} tokens, fewer than "
+                             f"model.seq_len + 1 = {seq_len + 1}")
+        low, high = int(self.tokens.min()), int(self.tokens.max())
+        if low < 0 or high >= vocab:
+            raise ValueError(f"{key}: {self.what} {hold} the token id {low if low < 0 else high}, "
+                             f"not in [0, model.vocab {vocab})")
+        self.seq_len, self.seed, self.shuffle = seq_len, seed, shuffle
+        self.windows = (self.tokens.size - 1) // seq_len
+        self._epoch, self._order = None, None
+
+    def window(self, index):
+        """The window sample `index` reads."""
+        if not self.shuffle:
+            return index % self.windows
+        epoch, k = divmod(index, self.windows)
+        if epoch != self._epoch:
+            self._epoch, self._order = epoch, window_permutation(self.windows, self.seed, epoch)
+        return self._order[k]
+
+    def sample(self, index, seq_len):
+        assert seq_len == self.seq_len, (seq_len, self.seq_len)
+        start = self.window(index) * seq_len
+        window = self.tokens[start:start + seq_len + 1].astype(np.int64)
+        return window[:-1].tolist(), window[1:].tolist()
+
+    def describe(self):
+        return (f"megatron dataset {self.what} ({self.dtype}, {self.documents} documents, "
+                f"{self.tokens.size} tokens, {self.windows} windows of {self.seq_len}+1"
+                f"{'' if self.shuffle else ', in order'})")
+
+
+def megatron_core_indexed_dataset():
+    """Megatron-Core's megatron.core.datasets.indexed_dataset. This folder's megatron.py (our
+    Megatron-style tensor parallelism, `import megatron` in gpt_ted.py and deepspeed_ted.py)
+    shadows the megatron package wherever the folder is on sys.path, as it is first for run.py:
+    the package is imported with the folder off the path and sys.modules["megatron"] left as it
+    was (ours, or nothing), its submodules staying under their dotted names. The package is a
+    namespace package (no file): inspect.getmodule, which torch's custom ops call while the
+    package imports, would take it for ours' file it had noted under the same name and fail, so
+    that note goes first (inspect notes the right one at its next call)."""
+    import importlib
+    import inspect
+    import sys
+    import warnings
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours, path = sys.modules.pop("megatron", None), list(sys.path)
+    getattr(inspect, "_filesbymodname", {}).pop("megatron", None)
+    sys.path[:] = [p for p in path if os.path.abspath(p or os.curdir) != here]
+    try:
+        with warnings.catch_warnings():  # what the package says of Transformer Engine and Apex
+            warnings.simplefilter("ignore")
+            return importlib.import_module("megatron.core.datasets.indexed_dataset")
+    finally:
+        sys.path[:] = path
+        sys.modules.pop("megatron", None)
+        if ours is not None:
+            sys.modules["megatron"] = ours
+
+
+def megatron_dataset(prefix, key):
+    """Megatron-Core's IndexedDataset of `prefix`; ValueError naming `key` without the pair."""
+    IndexedDataset = megatron_core_indexed_dataset().IndexedDataset
+    if not IndexedDataset.exists(prefix):
+        raise ValueError(f"{key}: '{prefix}' is not the prefix of a Megatron dataset (no "
+                         f"{prefix}.bin and {prefix}.idx)")
+    return IndexedDataset(prefix)
+
+
+def megatron_source(cfg, validation):
+    """data.source megatron's training split, or its validation split (None without one): with
+    data.valid_path all of that dataset, else with data.valid_fraction the last
+    validation_documents() documents of data.path, the training split the rest."""
+    m, d = cfg["model"], cfg["data"]
+    spec = {"vocab": m["vocab"], "seq_len": m["seq_len"], "seed": cfg["training"]["seed"],
+            "shuffle": not validation}
+    valid_path = d.get("valid_path", "")
+    if valid_path:
+        prefix, key = (valid_path, "data.valid_path") if validation else (d["path"], "data.path")
+        dataset = megatron_dataset(prefix, key)
+        return MegatronSource(dataset, key, 0, len(dataset.document_indices) - 1, **spec)
+    dataset = megatron_dataset(d["path"], "data.path")
+    documents = len(dataset.document_indices) - 1
+    if documents == 0:
+        raise ValueError(f"data.path: '{d['path']}' has no documents")
+    fraction = d.get("valid_fraction", 0.0)
+    valid = validation_documents(fraction, documents)
+    if valid >= documents:
+        raise ValueError(f"data.valid_fraction {fraction:g} leaves no document for training: "
+                         f"'{d['path']}' has {documents} documents, and {valid} would be the "
+                         "validation split")
+    if validation:
+        return MegatronSource(dataset, "data.path", documents - valid, documents, **spec) \
+            if valid else None
+    return MegatronSource(dataset, "data.path", 0, documents - valid, **spec)
+
+
 def make_source(cfg):
     m, d = cfg["model"], cfg["data"]
     if d["source"] == "file":
         return TokenFileSource(d["path"], d["token_bytes"], m["vocab"], m["seq_len"])
+    if d["source"] == "megatron":
+        return megatron_source(cfg, validation=False)
     return SyntheticSource(m["vocab"], cfg["training"]["seed"], d["noise"])
+
+
+def make_validation_source(cfg):
+    """The validation split's source (data.source megatron with data.valid_fraction or
+    data.valid_path), or None."""
+    return megatron_source(cfg, validation=True) if cfg["data"]["source"] == "megatron" else None
 
 
 def micro_batch(source, first_sample, sequences, seq_len, device):

@@ -21,8 +21,10 @@ FLOPs per rank by README's formula, the expert all-to-alls DeepSpeed made (calls
 per rank, their time), peak memory where PyTorch reports it (CUDA), final loss. Columns it
 cannot measure stay empty. ted_train configs: one row per step in ted_train's schema, written
 at the end (or at a non-finite loss, with the steps before it) to
-results/local/train/deepspeed_<config>.csv, the dropped choices included; --loads FILE adds
-each step's per-expert loads (write_loads).
+results/local/train/deepspeed_<config>.csv, the dropped choices included, and with
+training.eval_every > 0 the validation split's LM loss every eval_every steps and after the last
+(valid_loss, over training.eval_batches global batches); --loads FILE adds each step's
+per-expert loads (write_loads).
 
 routing.workload other than learned: DeepSpeed's gate takes each token's experts from our forced
 workload (ted_workload.py, handed over by routing_probe.py), its probabilities still weighting
@@ -183,6 +185,13 @@ def learning_rate(o, step, total_steps):
     return o["min_lr"] + 0.5 * (o["lr"] - o["min_lr"]) * (1 + math.cos(math.pi * progress))
 
 
+def first_sample(step, micro_batches, data_ranks, micro, data_rank, micro_batch):
+    """lib/ted/train/data.hpp first_sample: the global index of the first sequence of micro-batch
+    `micro` of data-parallel rank `data_rank` in step `step`, global micro-batch
+    micro x data_ranks + data_rank, as lib/ted/train/trainer.cpp hands them out."""
+    return (step * micro_batches * data_ranks + micro * data_ranks + data_rank) * micro_batch
+
+
 def percentile(values, q):
     """Linear interpolation between closest ranks (lib/ted/core/stats.cpp)."""
     ordered = sorted(values)
@@ -316,6 +325,12 @@ class Run:
             self.a2a = AllToAllCounter(sharded_moe, self.accelerator)
         self.gpt_moe = gpt_moe
         self.source = gpt_moe.make_source(cfg)
+        self.valid_source = None  # training.eval_every's: the validation split (megatron data)
+        if cfg["training"].get("eval_every", 0) > 0:
+            self.valid_source = gpt_moe.make_validation_source(cfg)
+            if self.valid_source is None:
+                raise ValueError("training.eval_every needs a validation split: data.source "
+                                 "megatron with data.valid_fraction or data.valid_path")
         self.flops_per_step = gpt_moe.model_flops(cfg, point.tokens_per_step())
         self.step_ledger = {}  # DeepSpeed-TED: the last step's bytes per (operation, group)
         # ted_train configs drop with our masks (dropout_masks.py), keyed per micro-batch in
@@ -341,22 +356,17 @@ class Run:
         micro = d["micro_batches"]
         aux_coeff = cfg["gating"]["aux_coeff"]
         lr = self.engine.get_lr()[0]
+        data_parallel, data_rank, sum_group = self.data_ranks()
         if self.ted:
-            g = self.ted.groups
-            data_parallel, data_rank, sum_group = len(g.data_ranks), g.data_ranks.index(
-                g.rank), g.data
             self.ted.ledger.clear()
         else:
-            data_parallel, data_rank, sum_group = self.world, self.rank, None
             self.a2a.reset()
         self.probe.begin_step(step)
         self.dist.barrier()
         start = time.perf_counter()
         sums = [0.0, 0.0]
         for m in range(micro):
-            # Global micro-batch m * DP + data rank, as lib/ted/train/trainer.cpp hands them out.
-            first = (step * micro * data_parallel + m * data_parallel + data_rank) * \
-                d["micro_batch"]
+            first = first_sample(step, micro, data_parallel, m, data_rank, d["micro_batch"])
             self.probe.begin_micro_batch(first)
             if self.dropout_keys is not None:  # ours' Batch{first_sample, step}
                 self.dropout_keys.at(step, first)
@@ -392,6 +402,38 @@ class Run:
         norm = self.engine.get_global_grad_norm()
         norm = float(norm) if norm is not None else None
         return slowest[0].item(), losses[0].item(), losses[1].item(), lr, norm, slowest[1].item()
+
+    def data_ranks(self):
+        """(data-parallel ranks, this rank's place among them, the group a sum over them takes):
+        all the ranks at T = 1; under DeepSpeed-TED the rank's non-expert data group (every rank
+        of a tensor group takes the same micro-batch)."""
+        if self.ted:
+            g = self.ted.groups
+            return len(g.data_ranks), g.data_ranks.index(g.rank), g.data
+        return self.world, self.rank, None
+
+    def evaluate(self, batches):
+        """The validation LM loss (the aux loss left out), the mean over `batches` global batches
+        of the validation split: batch b's micro-batches are those training's step b reads
+        (first_sample), forward only, the model in eval mode (no dropout). Collective."""
+        torch, d = self.torch, self.point.cfg["data"]
+        seq, micro = self.point.cfg["model"]["seq_len"], d["micro_batches"]
+        data_parallel, data_rank, sum_group = self.data_ranks()
+        total = 0.0
+        self.engine.eval()
+        with torch.no_grad():
+            for b in range(batches):
+                for m in range(micro):
+                    first = first_sample(b, micro, data_parallel, m, data_rank, d["micro_batch"])
+                    self.probe.begin_micro_batch(first)  # a forced workload's key
+                    tokens, targets = self.gpt_moe.micro_batch(
+                        self.valid_source, first, d["micro_batch"], seq, self.device)
+                    lm, _ = self.engine(tokens, targets)
+                    total += lm.item()
+        self.engine.train()
+        loss = torch.tensor([total], dtype=torch.float64)
+        self.dist.all_reduce(loss, group=sum_group)
+        return loss.item() / (batches * micro * data_parallel)
 
     def a2a_totals(self):
         """(calls, bytes) of the expert all-to-alls of the last step on this rank."""
@@ -535,6 +577,8 @@ def write_loads(path, loads, dropped):
 
 def run_training(point, cfg, args, command, revision):
     steps = cfg["training"]["steps"]
+    eval_every, eval_batches = cfg["training"].get("eval_every", 0), \
+        cfg["training"].get("eval_batches", 1)
     run = Run(point, steps)
     rows, first, loads, dropped = [], None, [], 0
     try:
@@ -566,11 +610,17 @@ def run_training(point, cfg, args, command, revision):
                        blas=described["blas"], blas_kernel=described["blas_kernel"])
             row.update({k: v for k, v in run.ledger_columns().items() if k in TRAIN_COLUMNS})
             row.update(run.memory_columns())
+            # Every eval_every steps and after the last: the validation split's LM loss.
+            evaluated = eval_every > 0 and ((step + 1) % eval_every == 0 or step + 1 == steps)
+            if evaluated:
+                row["valid_loss"] = run.evaluate(eval_batches)
             rows.append(row)
-            if run.rank == 0 and (step % cfg["training"]["log_every"] == 0 or step + 1 == steps):
+            if run.rank == 0 and (step % cfg["training"]["log_every"] == 0 or step + 1 == steps
+                                  or evaluated):
                 print(f"step {step + 1:5d}/{steps} loss {loss:.4f} lm {lm:.4f} aux {aux:.4f} "
                       f"lr {lr:.2e} |g| {norm if norm is not None else float('nan'):.3f} "
-                      f"tok/s {tokens / seconds:.0f}", flush=True)
+                      f"tok/s {tokens / seconds:.0f}"
+                      + (f" valid {row['valid_loss']:.4f}" if evaluated else ""), flush=True)
     except FloatingPointError as error:
         if run.rank == 0 and rows:
             write_atomic(args.csv, TRAIN_COLUMNS, rows)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Sets up the DeepSpeed baseline's environment: a Python virtual environment with the pinned
 # packages of requirements.txt (PyTorch, DeepSpeed, PyYAML) from the package registry, outside
-# the checkout, reused by every later run; no system Python package is touched. Then builds
+# the checkout, reused by every later run; no system Python package is touched. Megatron-Core
+# and tokenizers are there for the training data (scripts/data/prepare_corpus.sh). Then builds
 # (once) the shared-memory collective op DeepSpeed's CPU accelerator compiles at its first start,
 # so no run pays for it. Prints the environment's folder on its last line.
 #   baselines/deepspeed/setup.sh
 # Environment: TED_DEEPSPEED_VENV (default ${XDG_CACHE_HOME:-~/.cache}/ted/deepspeed-venv),
 # TED_PYTHON (the Python that makes it, default python3; 3.11 installs the exact lock, another
-# the three top-level pins through pip's resolver).
+# the five top-level pins through pip's resolver).
 # Exit: 0 ready; 3 the registry cannot be reached (nothing installed; tests report skipped);
 # 2 anything else, with one line saying what.
 set -euo pipefail
@@ -52,8 +53,9 @@ if [ "$exact" = 1 ]; then
   # Every package pinned, no resolver: what this file lists is what runs.
   "${pip[@]}" install -q --no-deps --no-compile -r "$lock" >&2 || die "pip install -r $lock failed"
 else
-  "${pip[@]}" install -q --no-compile torch==2.15.0 deepspeed==0.19.8 PyYAML==6.0.3 >&2 ||
-    die "pip install of torch, deepspeed and PyYAML failed"
+  "${pip[@]}" install -q --no-compile torch==2.15.0 deepspeed==0.19.8 PyYAML==6.0.3 \
+    megatron-core==0.16.1 tokenizers==0.23.3 >&2 ||
+    die "pip install of torch, deepspeed, PyYAML, megatron-core and tokenizers failed"
 fi
 export DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=$venv/torch_extensions
 "$venv/bin/python" - >&2 <<'PY' || die "DeepSpeed's CPU collective op did not build (needs g++)"
