@@ -25,6 +25,7 @@
 set -u
 root=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
+keep=${TED_SLURM_KEEP:-}  # read before the TED_* variables are cleared, below
 started=$SECONDS
 skip() {
   echo "SKIPPED: $*"
@@ -103,7 +104,7 @@ cleanup() {
     echo "== the daemons' logs (last lines)"
     tail -n 15 "$tmp"/log/*.log 2>/dev/null
   fi
-  [ -n "${TED_SLURM_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
+  [ -n "$keep" ] && echo "kept $tmp" || rm -rf "$tmp"
 }
 trap cleanup EXIT
 # Everything else from here talks to this cluster only.
