@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sbatch scripts and slurm/submit.sh against stand-ins, for what a real Slurm on this machine
 # cannot show (GPU nodes, large jobs): `sbatch` and `srun` on PATH that log their arguments, and
-# BUILD_DIR pointing at fake programs (apps/ted_*) that log theirs and, with --check, print the
+# BUILD_DIR pointing at fake programs (apps/ted_*: every experiment of experiments/registry.txt
+# and ted_collbench) that log theirs and, with --check, print the
 # needs line (backend cuda with FAKE_BACKEND=cuda or --comm nccl) or print one line and exit 2
 # (a config named bad.yaml, or TED_FAKE_FAIL=1). For each script:
 #   - it parses; its #SBATCH lines come before its first command, expand no variable, give the
@@ -38,7 +39,8 @@ for tool in sbatch srun; do
   # shellcheck disable=SC2016  # $* and $TED_TEST_LOG expand in the stand-in
   printf '#!/usr/bin/env bash\necho "%s $*" >>"$TED_TEST_LOG"\n' "$tool" >"$tmp/bin/$tool"
 done
-for prog in ted_ablation ted_weak_scaling ted_strong_scaling ted_memory ted_collbench; do
+mapfile -t experiments < <(awk '/^[a-z]/ { print $1 }' "$repo/experiments/registry.txt")
+for prog in "${experiments[@]/#/ted_}" ted_collbench; do
   cat >"$fake/apps/$prog" <<'EOF'
 #!/usr/bin/env bash
 echo "prog [$PWD] $0 $*" >>"$TED_TEST_LOG"

@@ -3,12 +3,14 @@
 # and munge from Debian's packages where missing, starts munged, slurmctld and two slurmd (nodes
 # ted1 and ted2 of 2 CPUs each, on this machine, with their own ports, sockets and folders in a
 # scratch folder), and checks:
-#   1. each script with its CPU config (run.iters=0: one untimed step per point; the memory
-#      experiment with two family models), once through slurm/submit.sh -N 2
-#      --ntasks-per-node=2 and once through plain sbatch -n 4 (the two jobs append to one CSV),
-#      ends COMPLETED, its log in slurm/logs/, and the rows of each job equal an mpirun run of
-#      the same config in every deterministic column, each row with its job id and, with one CPU
-#      per task, one kernel thread;
+#   1. each experiment's script (experiments/registry.txt) with its CPU config (run.iters=0: one
+#      untimed step per point, two training steps a system for the convergence; the memory
+#      experiment with two family models), and the collective benchmark's, once through
+#      slurm/submit.sh -N 2 --ntasks-per-node=2 and once through plain sbatch -n 4 (the two jobs
+#      append to one CSV), ends COMPLETED, its log in slurm/logs/, and the rows of each job equal
+#      an mpirun run of the same config in every deterministic column, each row with its job id
+#      and, with one CPU per task, one kernel thread (the convergence's rows, ted_train's columns,
+#      carry neither: each of its jobs writes a CSV of its own);
 #   2. refused before sbatch (exit 2, no job in the queue): a config with an unknown key, 3 ranks
 #      (no point of the layout fits), 8 ranks (4 would be idle), more tasks on a node than GPUs,
 #      an array index beyond CONFIG's YAMLs, an array of sweep points with idle ranks. Through
@@ -34,7 +36,9 @@ skip() {
 [ "$(id -u)" = 0 ] || skip "not root: installing Slurm and running slurmd need root"
 command -v apt-get >/dev/null && command -v dpkg-query >/dev/null ||
   skip "no apt-get: Slurm and munge come from Debian's packages"
-for program in ted_ablation ted_weak_scaling ted_strong_scaling ted_memory ted_collbench; do
+# the experiments (their programs ted_<name>, slurm/<name>.sbatch), then the other scripts'
+mapfile -t experiments < <(awk '/^[a-z]/ { print $1 }' "$root/experiments/registry.txt")
+for program in "${experiments[@]/#/ted_}" ted_collbench; do
   [ -x "$build/apps/$program" ] || { echo "FAIL: no $build/apps/$program"; exit 1; }
 done
 
@@ -249,14 +253,20 @@ declare -A sets=(
   [weak_scaling]="${zero_iters[*]}"
   [strong_scaling]="${zero_iters[*]}"
   [memory]="${zero_iters[*]} family.hidden=64,128 family.heads=4,8 family.layers=4,4"
+  [convergence]="run.iters=0"
 )
+# Experiments whose rows have ted_train's columns, without slurm_job and threads: each job writes
+# a CSV of its own, compared whole.
+declare -A own_csv=([convergence]=1)
 set_args() {  # <SET words>: as launch.sh passes them
   local word
   for word in $1; do printf -- '--set\n%s\n' "$word"; done
 }
-experiments=(ablation weak_scaling strong_scaling memory)
 coll_env=(COMM=mpi TP=2 EP=2 MIN_BYTES=1K MAX_BYTES=64K WARMUP=0 ITERS=0)
 coll_ops=(all_to_all:expert all_gather:tensor all_reduce:tensor reduce_scatter:nonexpert_data)
+for name in "${experiments[@]}"; do
+  [ -n "${sets[$name]+set}" ] || fail "experiment $name: no SET for it in this test"
+done
 for script in slurm/*.sbatch; do
   name=$(basename "$script" .sbatch)
   [[ " ${experiments[*]} collbench " == *" $name "* ]] || fail "$script: not known to this test"
@@ -288,11 +298,15 @@ echo "== refusals checked after $((SECONDS - started)) s"
 
 # --- 1. every script through submit.sh and plain sbatch; 3.-5. arrays, -c 2, a failing job
 declare -A submitted plain
+csv_of() {  # <experiment> <submitted|plain>: the CSV its job appends to
+  if [ -n "${own_csv[$1]:-}" ]; then echo "$tmp/csv/${1}_$2.csv"; else echo "$tmp/csv/$1.csv"; fi
+}
 for name in "${experiments[@]}"; do
-  run=(env CONFIG="experiments/$name/cpu.yaml" "SET=${sets[$name]}" CSV="$tmp/csv/$name.csv")
-  submit "submit.sh $name" ok "${run[@]}" slurm/submit.sh "slurm/$name.sbatch" -N 2 --ntasks-per-node=2
+  run=(env CONFIG="experiments/$name/cpu.yaml" "SET=${sets[$name]}")
+  submit "submit.sh $name" ok "${run[@]}" CSV="$(csv_of "$name" submitted)" slurm/submit.sh \
+    "slurm/$name.sbatch" -N 2 --ntasks-per-node=2
   submitted[$name]=$id
-  submit "sbatch $name" ok "${run[@]}" sbatch -n 4 "slurm/$name.sbatch"
+  submit "sbatch $name" ok "${run[@]}" CSV="$(csv_of "$name" plain)" sbatch -n 4 "slurm/$name.sbatch"
   plain[$name]=$id
 done
 submit "submit.sh collbench" ok env "${coll_env[@]}" CSV_DIR="$tmp/csv/coll_submit" \
@@ -375,7 +389,12 @@ for name in "${experiments[@]}"; do
     [ -n "$job" ] || continue
     expect_state "$how $name" "$job" COMPLETED
     [ -n "$(log_of "$job")" ] || fail "$how $name: no log slurm/logs/ted-$name-$job.out"
-    rows same "$tmp/ref/$name.csv" "$tmp/csv/$name.csv" "$job" threads=1 || failures=$((failures + 1))
+    if [ -n "${own_csv[$name]:-}" ]; then
+      rows same "$tmp/ref/$name.csv" "$(csv_of "$name" "$how")" - || failures=$((failures + 1))
+    else
+      rows same "$tmp/ref/$name.csv" "$(csv_of "$name" "$how")" "$job" threads=1 ||
+        failures=$((failures + 1))
+    fi
   done
 done
 for how in submitted plain; do
