@@ -2,7 +2,9 @@
 # Sourced by the sbatch scripts as their last lines: they set TED_REPO (the repository root:
 # $TED_REPO, else the directory sbatch ran in, SLURM_SUBMIT_DIR, else the script's ../) and
 # define ted_steps (their programs: `ted_experiment <name>` or one `ted_step <program>
-# <arguments...>` per srun step), then call `ted_main <job name> "$@"`, which first changes to
+# <arguments...>` per srun step, or `ted_resumable_step <program> <arguments...>` for a program
+# that saves a checkpoint, exits 75 when a signal stops it and resumes when run again: the job
+# requeues itself, below), then call `ted_main <job name> "$@"`, which first changes to
 # TED_REPO, then:
 #   script --check [--ranks N] [--array-index K]
 #                               on any machine, no srun, no MPI: runs each step's program as one
@@ -17,6 +19,21 @@
 #                               (nodes, tasks, GPUs) from the allocation, and --cpus-per-task
 #                               from the job (srun no longer inherits it from sbatch).
 # Outside a job without --check it refuses (exit 2): submit with slurm/submit.sh or sbatch.
+#
+# A resumable step (slurm/train.sbatch; the script calls ted_catch_signals before ted_main) runs
+# srun in the background and waits for it, so that the batch shell can act on a signal while the
+# step runs (bash runs a trap only between commands: a foreground srun would hold it until the end):
+#   SIGUSR1  (sbatch --signal=B:USR1@<seconds>: Slurm's warning before the time limit, sent to the
+#            batch shell only; or scancel --batch --signal=USR1) passed on to srun, which passes
+#            it to every rank: the ranks agree after the step in progress, save a checkpoint and
+#            exit 75 (EX_TEMPFAIL); the script then runs `scontrol requeue $SLURM_JOB_ID`, and the
+#            job, the same id, runs again later (SLURM_RESTART_COUNT 1, 2, ...) and resumes.
+#   SIGTERM  (scancel, the time limit reached, preemption; then SIGKILL after KillWait) passed on
+#            to srun as SIGUSR1: srun answers a SIGTERM of its own by killing the ranks (SIGKILL),
+#            USR1 it passes on; the ranks save what they can before the kill. Never requeued: the
+#            job is ending (a cancelled job stays cancelled); submit it again to resume.
+#   exit 0   the run finished; exit 75 without a SIGTERM (USR1 straight to the ranks, e.g. from
+#            --signal=USR1 without B:): requeued as for SIGUSR1; any other exit: the job's.
 #
 # Variables (export them before submit.sh or sbatch, which hands them to the job; paths are
 # relative to the repository root):
@@ -36,6 +53,8 @@ TED_MODE=check   # ted_step's action: check or run
 TED_RANKS=1      # the rank count the steps are checked against and run on
 TED_INDEX=       # the array task's index (1-based), empty outside an array
 TED_NEEDS_GPU=0  # set by the check when a step runs on the cuda backend
+TED_SIGNAL=      # the last signal the batch shell caught (USR1 or TERM; ted_catch_signals)
+TED_STEP_PID=    # the srun of the resumable step running in the background, while it runs
 
 ted_die() {  # <message>: one line on stderr, exit 2
   echo "$TED_NAME: $*" >&2
@@ -52,10 +71,69 @@ ted_step() {  # <program> <arguments...>: check it (plain process) or run it (sr
     grep -q '^needs: backend=cuda ' <<<"$out" && TED_NEEDS_GPU=1
     return 0
   fi
-  local launch=(srun --mpi="$SRUN_MPI" --cpu-bind=cores)
-  [ -n "${SLURM_CPUS_PER_TASK:-}" ] && launch+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
-  echo "$TED_NAME: ${launch[*]} $*"
-  "${launch[@]}" "$@"
+  ted_srun
+  echo "$TED_NAME: ${TED_SRUN[*]} $*"
+  "${TED_SRUN[@]}" "$@"
+}
+
+ted_srun() {  # sets TED_SRUN: how a step starts its program on every rank of the job
+  TED_SRUN=(srun --mpi="$SRUN_MPI" --cpu-bind=cores)
+  [ -n "${SLURM_CPUS_PER_TASK:-}" ] && TED_SRUN+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+  return 0
+}
+
+ted_catch_signals() {  # before ted_main: from here on USR1 and TERM no longer end the batch shell
+  trap 'ted_on_signal USR1' USR1
+  trap 'ted_on_signal TERM' TERM
+}
+
+ted_on_signal() {  # <USR1|TERM>: remembered; passed on to the running step as SIGUSR1 (above)
+  TED_SIGNAL=$1
+  if [ -n "$TED_STEP_PID" ]; then
+    echo "$TED_NAME: got SIG$1 at $(date '+%F %T'): passing SIGUSR1 to the step" \
+      "(srun $TED_STEP_PID)"
+    kill -USR1 "$TED_STEP_PID" 2>/dev/null || true
+  else
+    echo "$TED_NAME: got SIG$1 at $(date '+%F %T'), no step running"
+  fi
+}
+
+ted_resumable_step() {  # <program> <arguments...>: ted_step, in the background, requeued on 75
+  if [ "$TED_MODE" = check ]; then
+    ted_step "$@"
+    return 0
+  fi
+  local rc=0
+  if [ -n "$TED_SIGNAL" ]; then
+    # nothing started, so nothing to save: what the step would do after this signal
+    echo "$TED_NAME: SIG$TED_SIGNAL came before the step started: not starting it"
+    rc=75
+  else
+    ted_srun
+    echo "$TED_NAME: ${TED_SRUN[*]} $*"
+    "${TED_SRUN[@]}" "$@" &
+    TED_STEP_PID=$!
+    # wait returns (128 + the signal's number) as soon as a caught signal's trap has run, with
+    # the step still running: wait again until it is gone, then take its status (bash keeps it)
+    while kill -0 "$TED_STEP_PID" 2>/dev/null; do wait "$TED_STEP_PID" || true; done
+    wait "$TED_STEP_PID" || rc=$?
+    TED_STEP_PID=
+  fi
+  [ "$rc" = 0 ] && { echo "$TED_NAME: the step finished (exit 0)"; return 0; }
+  [ "$rc" = 75 ] || { echo "$TED_NAME: the step failed (exit $rc)"; exit "$rc"; }
+  if [ "$TED_SIGNAL" = TERM ]; then
+    echo "$TED_NAME: the step stopped (exit 75) on SIGTERM: the job is ending (scancel, time" \
+      "limit, preemption), not requeued; submit it again to resume from its last checkpoint"
+    exit 75
+  fi
+  echo "$TED_NAME: the step stopped with a checkpoint (exit 75): requeueing job $SLURM_JOB_ID"
+  trap '' TERM  # the requeue ends this run of the job with a SIGTERM: nothing left to pass on
+  if ! scontrol requeue "$SLURM_JOB_ID"; then
+    echo "$TED_NAME: scontrol requeue $SLURM_JOB_ID failed (a job submitted with --no-requeue," \
+      "or JobRequeue=0 at this site): submit it again to resume from its last checkpoint"
+    exit 75
+  fi
+  exit 0
 }
 
 ted_experiment() {  # <experiment>: one step of ted_<experiment> per YAML of CONFIG
@@ -129,7 +207,10 @@ ted_main() {  # <job name> <the script's arguments...>
   [ "$per_node" -gt 0 ] || per_node=1
   gpus=${SLURM_GPUS_ON_NODE:-${SLURM_GPUS_PER_NODE:-}}
   gpus=${gpus##*:}  # "a100:8" -> 8
-  echo "$TED_NAME: job $SLURM_JOB_ID${TED_INDEX:+ (array task $TED_INDEX)}, $TED_RANKS ranks" \
+  # SLURM_RESTART_COUNT: set from the first requeue on (the job's Restarts)
+  local run="job $SLURM_JOB_ID${TED_INDEX:+ (array task $TED_INDEX)}"
+  run+="${SLURM_RESTART_COUNT:+ (restart $SLURM_RESTART_COUNT)}"
+  echo "$TED_NAME: $run at $(date '+%F %T'), $TED_RANKS ranks" \
     "on $nodes nodes (${SLURM_TASKS_PER_NODE:-?} per node, ${gpus:-no} GPUs per node," \
     "${SLURM_CPUS_PER_TASK:-1} CPUs per task), srun --mpi=$SRUN_MPI, in $(pwd)"
   TED_MODE=check

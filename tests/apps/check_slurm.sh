@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The sbatch scripts and slurm/submit.sh against stand-ins, for what a real Slurm on this machine
-# cannot show (GPU nodes, large jobs): `sbatch` and `srun` on PATH that log their arguments, and
-# BUILD_DIR pointing at fake programs (apps/ted_*) that log theirs and, with --check, print the
+# cannot show (GPU nodes, large jobs): `sbatch`, `srun` and `scontrol` on PATH that log their
+# arguments (srun also waits for a signal, or exits with a code, as FAKE_STEP says), and
+# BUILD_DIR pointing at fake programs (apps/ted_*: every experiment of experiments/registry.txt,
+# ted_collbench and ted_train) that log theirs and, with --check, print the
 # needs line (backend cuda with FAKE_BACKEND=cuda or --comm nccl) or print one line and exit 2
 # (a config named bad.yaml, or TED_FAKE_FAIL=1). For each script:
 #   - it parses; its #SBATCH lines come before its first command, expand no variable, give the
 #     job name, time and a log under slurm/logs/ (ignored by git), and no shape: no nodes, tasks
-#     or GPUs (a CPU cluster has no GPU gres; -n and -N mean what they mean to Slurm);
+#     or GPUs (a CPU cluster has no GPU gres; -n and -N mean what they mean to Slurm); a script
+#     that requeues itself (--requeue) signals its batch shell before the time limit
+#     (--signal=B:...) and appends to its log (--open-mode=append);
 #   - outside a job it neither submits itself nor runs srun, and fails;
 #   - inside a fake job, run as sbatch runs it (a copy in a spool folder, started elsewhere):
 #     every program checked first (`--check --ranks 32`, in the repository root), then each run
@@ -18,7 +22,13 @@
 #     -N with -n), checks for them, and calls sbatch with the options; refuses (exit 2, no
 #     sbatch) more tasks on a node than GPUs and a failing check; adds --gpus-per-node (one per
 #     rank of a node) for a job on the cuda backend that asked for none, and nothing for a CPU
-#     job; checks every index of an --array.
+#     job; checks every index of an --array;
+#   - slurm/train.sbatch: ted_train with --save-dir (SAVE_DIR, default by job and YAML name) and
+#     --resume, one YAML a job (an array task: its entry of CONFIG), the restart count in its
+#     log; SIGUSR1 to the batch shell while the step runs reaches srun, and after the step's exit
+#     75 the job is requeued (scontrol requeue <job>, exit 0); SIGTERM reaches srun as SIGUSR1
+#     (srun kills the ranks on a SIGTERM of its own) and is not requeued (exit 75); exit 75
+#     without a signal is requeued, 0 and any other code are not; a failing requeue: exit 75.
 # With a build folder as second argument, also the real ted_ablation: a config with an unknown
 # key is refused before sbatch; the paper's config on 16 x 8 ranks is refused when judged by
 # Summit's 16 GB and submitted, with one GPU per rank, when judged by CLUSTER=dgx-a100 (on a
@@ -34,11 +44,28 @@ trap 'rm -rf "$tmp"' EXIT
 log=$tmp/log
 fake=$tmp/fake
 mkdir -p "$tmp/bin" "$fake/apps" "$tmp/spool" "$tmp/elsewhere"
-for tool in sbatch srun; do
-  # shellcheck disable=SC2016  # $* and $TED_TEST_LOG expand in the stand-in
-  printf '#!/usr/bin/env bash\necho "%s $*" >>"$TED_TEST_LOG"\n' "$tool" >"$tmp/bin/$tool"
-done
-for prog in ted_ablation ted_weak_scaling ted_strong_scaling ted_memory ted_collbench; do
+# shellcheck disable=SC2016  # $* and $TED_TEST_LOG expand in the stand-in
+printf '#!/usr/bin/env bash\necho "sbatch $*" >>"$TED_TEST_LOG"\n' >"$tmp/bin/sbatch"
+cat >"$tmp/bin/srun" <<'EOF'
+#!/usr/bin/env bash
+echo "srun $*" >>"$TED_TEST_LOG"
+case ${FAKE_STEP:-} in
+  wait)  # until a signal: a step that saves and exits 75 on either
+    trap 'echo "srun got USR1" >>"$TED_TEST_LOG"; exit 75' USR1
+    trap 'echo "srun got TERM" >>"$TED_TEST_LOG"; exit 75' TERM
+    echo "srun waiting" >>"$TED_TEST_LOG"
+    for _ in $(seq 600); do sleep 0.1; done
+    exit 1 ;;
+  exit=*) exit "${FAKE_STEP#exit=}" ;;
+esac
+EOF
+cat >"$tmp/bin/scontrol" <<'EOF'
+#!/usr/bin/env bash
+echo "scontrol $*" >>"$TED_TEST_LOG"
+exit "${FAKE_SCONTROL_RC:-0}"
+EOF
+mapfile -t experiments < <(awk '/^[a-z]/ { print $1 }' "$repo/experiments/registry.txt")
+for prog in "${experiments[@]/#/ted_}" ted_collbench ted_train; do
   cat >"$fake/apps/$prog" <<'EOF'
 #!/usr/bin/env bash
 echo "prog [$PWD] $0 $*" >>"$TED_TEST_LOG"
@@ -60,15 +87,20 @@ chmod +x "$tmp/bin/"* "$fake/apps/"*
 fail() { echo "FAIL: $name: $*"; failures=$((failures + 1)); }
 # runs <command...> from $tmp/elsewhere with no Slurm, TED or script variables from the caller
 # but PATH with the stand-ins first; out: its output, rc: its exit status, the log is fresh
-run() {
-  local clean=(env) v
+clean_env() {  # sets clean: `env` that unsets those variables
+  local v
+  clean=(env)
   for v in $(compgen -e); do
     case $v in
       SLURM_* | SBATCH_* | SRUN_* | TED_* | CONFIG | CLUSTER | CSV | CSV_DIR | SET | BUILD_DIR | \
-        BACKEND | COMM | TP | EP | OPS | MIN_BYTES | MAX_BYTES | WARMUP | ITERS | FAKE_BACKEND)
+        BACKEND | COMM | TP | EP | OPS | MIN_BYTES | MAX_BYTES | WARMUP | ITERS | FAKE_* | SAVE_DIR)
         clean+=(-u "$v") ;;
     esac
   done
+}
+run() {
+  local clean
+  clean_env
   : >"$log"
   rc=0
   out=$(cd "$tmp/elsewhere" && "${clean[@]}" PATH="$tmp/bin:$PATH" TED_TEST_LOG="$log" "$@" 2>&1) ||
@@ -130,6 +162,12 @@ for script in "$dir"/*.sbatch; do
   done
   ! grep -q -E -- '^#SBATCH +(-N|-n|-G|--nodes|--ntasks|--gpus|--gres)' <<<"$header" ||
     fail "the #SBATCH lines set a shape or GPUs: $header"
+  if grep -q -- '^#SBATCH --requeue' <<<"$header"; then
+    # its later runs append to the log, and the batch shell hears of the time limit before it
+    grep -q -- '^#SBATCH --open-mode=append' <<<"$header" || fail "--requeue without --open-mode=append"
+    grep -q -E -- '^#SBATCH --signal=B:[A-Z0-9]+@[0-9]+$' <<<"$header" ||
+      fail "--requeue without --signal=B:<signal>@<seconds>"
+  fi
 
   # outside a job: no self-submission, no srun
   run bash "$script"
@@ -195,7 +233,9 @@ for script in "$dir"/*.sbatch; do
   [ "$rc" = 2 ] || fail "submit.sh with a failing check: exit $rc, not 2: $out"
   [ -z "$(sbatch_line)" ] || fail "submit.sh with a failing check: sbatch was called"
   grep -q 'error: .*(fake)' <<<"$out" || fail "submit.sh with a failing check: no program line"
-  run BUILD_DIR="$fake" COMM=mpi bash "${submit[@]}" -n 4 --array=1-3
+  array_env=()  # a training job has no points: its array tasks take CONFIG's YAMLs
+  [ "$name" = train.sbatch ] && array_env=(CONFIG="a.yaml b.yaml c.yaml")
+  run BUILD_DIR="$fake" COMM=mpi "${array_env[@]}" bash "${submit[@]}" -n 4 --array=1-3
   [ "$rc" = 0 ] && [ "$(checks | wc -l)" -ge 3 ] || fail "submit.sh --array=1-3: exit $rc: $out"
 
   [ "$failures" = "$before" ] && echo "ok: $name" || echo "checked $name"
@@ -233,6 +273,61 @@ run "${job[@]}" BACKEND=mpi bash "$tmp/spool/slurm_script"
 run COMM=mpi BACKEND=mpi bash "$dir/submit.sh" "$dir/collbench.sbatch" -n 4
 [ "$rc" = 2 ] && [ -z "$(sbatch_line)" ] || fail "submit.sh collbench with the old BACKEND=: exit $rc: $out"
 [ "$failures" = 0 ] && echo "ok: $name"
+
+# slurm/train.sbatch: its step, the signals of its batch shell and the requeue.
+name=train.sbatch
+cp "$dir/train.sbatch" "$tmp/spool/slurm_script"
+# the script in the fake job with srun waiting for a signal, sent to the batch shell alone (as
+# --signal=B: does) once srun waits; out, rc
+run_signalled() {  # <signal> [VAR=value...]
+  local signal=$1 clean pid
+  shift
+  clean_env
+  : >"$log"
+  (cd "$tmp/elsewhere" && exec "${clean[@]}" PATH="$tmp/bin:$PATH" TED_TEST_LOG="$log" FAKE_STEP=wait \
+    "${job[@]}" "$@" bash "$tmp/spool/slurm_script") >"$tmp/out" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    grep -q '^srun waiting' "$log" && break
+    sleep 0.1
+  done
+  kill -"$signal" "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  out=$(cat "$tmp/out")
+}
+run "${job[@]}" bash "$tmp/spool/slurm_script"
+defaults="-c experiments/train/tiny-cpu.yaml --csv results/local/slurm/train_tiny-cpu.csv"
+defaults+=" --save-dir results/local/slurm/checkpoints/test_tiny-cpu --resume"  # job name test
+[ "$rc" = 0 ] && grep -q -- "^srun .*ted_train $defaults$" "$log" &&
+  ! grep -q '^scontrol' "$log" || fail "the defaults: exit $rc: $(grep '^srun\|^scontrol' "$log")"
+run "${job[@]}" SAVE_DIR=ck CSV=t.csv CONFIG="a.yaml b.yaml" SLURM_ARRAY_TASK_ID=2 SET="x=1" \
+  SLURM_RESTART_COUNT=2 bash "$tmp/spool/slurm_script"
+[ "$rc" = 0 ] && grep -q -- "^srun .*ted_train -c b.yaml --csv t.csv --save-dir ck --resume --set x=1$" \
+  "$log" &&
+  grep -q "^ted-train: job 42 (array task 2) (restart 2) at " <<<"$out" ||
+  fail "SAVE_DIR, CSV, array task 2 of two YAMLs, SET, a restart: exit $rc: $out"
+for case in "a.yaml b.yaml||CONFIG lists 2 YAMLs: a job trains one" \
+  "a.yaml|2|array index 2: CONFIG lists 1 YAMLs"; do
+  IFS='|' read -r configs index message <<<"$case"
+  run "${job[@]}" CONFIG="$configs" ${index:+SLURM_ARRAY_TASK_ID=$index} bash "$tmp/spool/slurm_script"
+  [ "$rc" = 2 ] && grep -q "$message" <<<"$out" && ! grep -q '^srun' "$log" ||
+    fail "CONFIG='$configs'${index:+, array task $index}: exit $rc: $out"
+done
+run_signalled USR1
+[ "$rc" = 0 ] && grep -q '^srun got USR1' "$log" && grep -q '^scontrol requeue 42$' "$log" &&
+  grep -q "requeueing job 42" <<<"$out" || fail "SIGUSR1 while the step runs: exit $rc: $(cat "$log") $out"
+run_signalled TERM
+[ "$rc" = 75 ] && grep -q '^srun got USR1' "$log" && ! grep -q '^scontrol' "$log" ||
+  fail "SIGTERM while the step runs: exit $rc: $(cat "$log") $out"
+for case in "exit=75|0|scontrol requeue 42" "exit=0|0|" "exit=3|3|" "exit=75|75|scontrol requeue 42|1"; do
+  IFS='|' read -r step expect_rc expect_scontrol scontrol_rc <<<"$case"
+  run "${job[@]}" FAKE_STEP="$step" FAKE_SCONTROL_RC="${scontrol_rc:-0}" bash "$tmp/spool/slurm_script"
+  [ "$rc" = "$expect_rc" ] && [ "$(grep '^scontrol' "$log")" = "$expect_scontrol" ] ||
+    fail "a step's $step${scontrol_rc:+, scontrol failing}: exit $rc, not $expect_rc;" \
+      "'$(grep '^scontrol' "$log")': $out"
+done
+[ "$failures" = 0 ] && echo "ok: $name: its step, SIGUSR1 and SIGTERM, the requeue"
 
 if [ -n "$build" ]; then
   name="submit.sh with $build/apps/ted_ablation"

@@ -3,12 +3,14 @@
 # and munge from Debian's packages where missing, starts munged, slurmctld and two slurmd (nodes
 # ted1 and ted2 of 2 CPUs each, on this machine, with their own ports, sockets and folders in a
 # scratch folder), and checks:
-#   1. each script with its CPU config (run.iters=0: one untimed step per point; the memory
-#      experiment with two family models), once through slurm/submit.sh -N 2
-#      --ntasks-per-node=2 and once through plain sbatch -n 4 (the two jobs append to one CSV),
-#      ends COMPLETED, its log in slurm/logs/, and the rows of each job equal an mpirun run of
-#      the same config in every deterministic column, each row with its job id and, with one CPU
-#      per task, one kernel thread;
+#   1. each experiment's script (experiments/registry.txt) with its CPU config (run.iters=0: one
+#      untimed step per point, two training steps a system for the convergence; the memory
+#      experiment with two family models), and the collective benchmark's, once through
+#      slurm/submit.sh -N 2 --ntasks-per-node=2 and once through plain sbatch -n 4 (the two jobs
+#      append to one CSV), ends COMPLETED, its log in slurm/logs/, and the rows of each job equal
+#      an mpirun run of the same config in every deterministic column, each row with its job id
+#      and, with one CPU per task, one kernel thread (the convergence's rows, ted_train's columns,
+#      carry neither: each of its jobs writes a CSV of its own);
 #   2. refused before sbatch (exit 2, no job in the queue): a config with an unknown key, 3 ranks
 #      (no point of the layout fits), 8 ranks (4 would be idle), more tasks on a node than GPUs,
 #      an array index beyond CONFIG's YAMLs, an array of sweep points with idle ranks. Through
@@ -17,7 +19,13 @@
 #      rows of both, with <job>_<index>, each equal to its YAML's mpirun run; an array over sweep
 #      points: task K runs point K;
 #   4. -c 2: srun gets --cpus-per-task, so each rank runs 2 kernel threads;
-#   5. scancel of a job half-way: CANCELLED, its CSV only whole rows (at least one).
+#   5. scancel of a job half-way: CANCELLED, its CSV only whole rows (at least one);
+#   6. slurm/train.sbatch (ted_train, 2 ranks, 600 steps) stopped half-way by SIGUSR1 to its batch
+#      shell (scancel --batch --signal=USR1, as --signal=B:USR1@120 sends it before the time
+#      limit): a checkpoint, exit 75, the job requeued by its script (Restarts=1, "(restart 1)"
+#      in its log, appended to), resumed from that checkpoint ("resumed from ...: K steps done"),
+#      COMPLETED, and its CSV's 600 rows equal an uninterrupted mpirun run's in every
+#      deterministic column (loss, its parts, learning rate, gradient norm, the fingerprint...).
 # Stops every daemon it started, by process id. SKIPPED (exit 77), with the reason, where it
 # cannot run: not root (the daemons and apt-get need it), or no apt-get. TED_SLURM_KEEP=1 keeps
 # the scratch folder (configuration, daemons' logs, CSVs) for a look after a failure.
@@ -25,6 +33,7 @@
 set -u
 root=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
+keep=${TED_SLURM_KEEP:-}  # read before the TED_* variables are cleared, below
 started=$SECONDS
 skip() {
   echo "SKIPPED: $*"
@@ -33,7 +42,9 @@ skip() {
 [ "$(id -u)" = 0 ] || skip "not root: installing Slurm and running slurmd need root"
 command -v apt-get >/dev/null && command -v dpkg-query >/dev/null ||
   skip "no apt-get: Slurm and munge come from Debian's packages"
-for program in ted_ablation ted_weak_scaling ted_strong_scaling ted_memory ted_collbench; do
+# the experiments (their programs ted_<name>, slurm/<name>.sbatch), then the other scripts'
+mapfile -t experiments < <(awk '/^[a-z]/ { print $1 }' "$root/experiments/registry.txt")
+for program in "${experiments[@]/#/ted_}" ted_collbench ted_train; do
   [ -x "$build/apps/$program" ] || { echo "FAIL: no $build/apps/$program"; exit 1; }
 done
 
@@ -103,7 +114,7 @@ cleanup() {
     echo "== the daemons' logs (last lines)"
     tail -n 15 "$tmp"/log/*.log 2>/dev/null
   fi
-  [ -n "${TED_SLURM_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
+  [ -n "$keep" ] && echo "kept $tmp" || rm -rf "$tmp"
 }
 trap cleanup EXIT
 # Everything else from here talks to this cluster only.
@@ -138,6 +149,10 @@ chmod 755 "$tmp/task_prolog.sh"
 host=$(hostname -s)
 # job ids far from a real cluster's few first, since the logs land in slurm/logs/
 first_job=$((60000000 + RANDOM % 1000 * 1000))
+# cred_expire: how long a job credential is valid, and also how long a requeued job waits before it
+# may start again (its BeginTime: cred_expire + 1 s; the default, 120 s, would make the requeue
+# check the longest part of this test); then it starts at the next full scheduling pass, every
+# sched_interval (default 60 s: measured here, 56 s after its BeginTime on an idle cluster).
 cat >"$SLURM_CONF" <<EOF
 ClusterName=tedtest
 SlurmctldHost=localhost(127.0.0.1)
@@ -146,7 +161,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$tmp/munge.socket
+AuthInfo=socket=$tmp/munge.socket,cred_expire=30
 StateSaveLocation=$tmp/state
 SlurmdSpoolDir=$tmp/spool/%n
 SlurmctldPidFile=$tmp/slurmctld.pid
@@ -165,6 +180,7 @@ SlurmdParameters=config_overrides
 MinJobAge=3600
 FirstJobId=$first_job
 KillWait=5
+SchedulerParameters=sched_interval=5
 MailProg=/bin/true
 NodeName=ted1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$node1_port CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=2000
 NodeName=ted2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$node2_port CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=2000
@@ -209,7 +225,8 @@ wait_jobs() {  # <seconds> <job ids...>: until none of them is pending or runnin
   while [ $SECONDS -lt "$deadline" ]; do
     busy=0
     for id; do
-      case " $(states "$id")" in *" PENDING "* | *" RUNNING "* | *" COMPLETING "* | *" CONFIGURING "* | " ") busy=1 ;; esac
+      case " $(states "$id")" in *" PENDING "* | *" RUNNING "* | *" COMPLETING "* | *" CONFIGURING "* | \
+        *" REQUEUED "* | " ") busy=1 ;; esac
     done
     [ "$busy" = 0 ] && return 0
     sleep 1
@@ -248,17 +265,23 @@ declare -A sets=(
   [weak_scaling]="${zero_iters[*]}"
   [strong_scaling]="${zero_iters[*]}"
   [memory]="${zero_iters[*]} family.hidden=64,128 family.heads=4,8 family.layers=4,4"
+  [convergence]="run.iters=0"
 )
+# Experiments whose rows have ted_train's columns, without slurm_job and threads: each job writes
+# a CSV of its own, compared whole.
+declare -A own_csv=([convergence]=1)
 set_args() {  # <SET words>: as launch.sh passes them
   local word
   for word in $1; do printf -- '--set\n%s\n' "$word"; done
 }
-experiments=(ablation weak_scaling strong_scaling memory)
 coll_env=(COMM=mpi TP=2 EP=2 MIN_BYTES=1K MAX_BYTES=64K WARMUP=0 ITERS=0)
 coll_ops=(all_to_all:expert all_gather:tensor all_reduce:tensor reduce_scatter:nonexpert_data)
+for name in "${experiments[@]}"; do
+  [ -n "${sets[$name]+set}" ] || fail "experiment $name: no SET for it in this test"
+done
 for script in slurm/*.sbatch; do
   name=$(basename "$script" .sbatch)
-  [[ " ${experiments[*]} collbench " == *" $name "* ]] || fail "$script: not known to this test"
+  [[ " ${experiments[*]} collbench train " == *" $name "* ]] || fail "$script: not known to this test"
 done
 
 # --- 2. refused before sbatch: nothing reaches the queue
@@ -287,11 +310,15 @@ echo "== refusals checked after $((SECONDS - started)) s"
 
 # --- 1. every script through submit.sh and plain sbatch; 3.-5. arrays, -c 2, a failing job
 declare -A submitted plain
+csv_of() {  # <experiment> <submitted|plain>: the CSV its job appends to
+  if [ -n "${own_csv[$1]:-}" ]; then echo "$tmp/csv/${1}_$2.csv"; else echo "$tmp/csv/$1.csv"; fi
+}
 for name in "${experiments[@]}"; do
-  run=(env CONFIG="experiments/$name/cpu.yaml" "SET=${sets[$name]}" CSV="$tmp/csv/$name.csv")
-  submit "submit.sh $name" ok "${run[@]}" slurm/submit.sh "slurm/$name.sbatch" -N 2 --ntasks-per-node=2
+  run=(env CONFIG="experiments/$name/cpu.yaml" "SET=${sets[$name]}")
+  submit "submit.sh $name" ok "${run[@]}" CSV="$(csv_of "$name" submitted)" slurm/submit.sh \
+    "slurm/$name.sbatch" -N 2 --ntasks-per-node=2
   submitted[$name]=$id
-  submit "sbatch $name" ok "${run[@]}" sbatch -n 4 "slurm/$name.sbatch"
+  submit "sbatch $name" ok "${run[@]}" CSV="$(csv_of "$name" plain)" sbatch -n 4 "slurm/$name.sbatch"
   plain[$name]=$id
 done
 submit "submit.sh collbench" ok env "${coll_env[@]}" CSV_DIR="$tmp/csv/coll_submit" \
@@ -333,26 +360,61 @@ echo "== mpirun references after $((SECONDS - started)) s"
 submit "a job to cancel" ok env CONFIG=$ablation_cpu "SET=run.iters=10 run.warmup=0" \
   CSV="$tmp/csv/cancel.csv" sbatch -n 4 slurm/ablation.sbatch
 cancel_job=$id
+# long enough to stop half-way: 600 steps of the tiny model on 2 ranks, 15 to 40 s here
+train_steps=600
+train_sets=(training.steps=$train_steps training.log_every=10)
+submit "a training job to requeue" ok env CONFIG=experiments/train/tiny-cpu.yaml \
+  "SET=${train_sets[*]}" CSV="$tmp/csv/train.csv" SAVE_DIR="$tmp/checkpoints" \
+  sbatch -n 2 slurm/train.sbatch
+train_job=$id
 
-# 5. scancel once the first row is in
-if [ -n "$cancel_job" ]; then
-  deadline=$((SECONDS + 400))
-  until [ -s "$tmp/csv/cancel.csv" ] && [ "$(wc -l <"$tmp/csv/cancel.csv")" -ge 2 ]; do
-    [ $SECONDS -lt $deadline ] || { fail "the job to cancel wrote no row in 400 s"; break; }
-    sleep 0.5
-  done
-  scancel "$cancel_job"
+# The scripts log to slurm/logs/%x-%j.out: %j is the job id, for an array task its own (the id
+# sbatch printed is the array's, which Slurm gives to one of the tasks only).
+log_of() { ls "$root"/slurm/logs/ted-*-"$1".out 2>/dev/null | head -n 1; }
+last_step() {  # <job>: the last step its ted_train logged, 0 before the first
+  local log step
+  log=$(log_of "$1")
+  [ -n "$log" ] && step=$(sed -n 's#^step *\([0-9]*\)/.*#\1#p' "$log" | tail -n 1)
+  echo "${step:-0}"
+}
+# 5. scancel once the first row is in; 6. SIGUSR1 to the training job's batch shell once it has
+# made 50 steps (--batch: the batch shell only, as --signal=B:USR1 at the time limit)
+cancelled=${cancel_job:+no} signalled=${train_job:+no}
+deadline=$((SECONDS + 400))
+while [ "$cancelled" = no ] || [ "$signalled" = no ]; do
+  if [ "$cancelled" = no ] && [ -s "$tmp/csv/cancel.csv" ] &&
+    [ "$(wc -l <"$tmp/csv/cancel.csv")" -ge 2 ]; then
+    scancel "$cancel_job"
+    cancelled=yes
+  fi
+  if [ "$signalled" = no ] && [ "$(last_step "$train_job")" -ge 50 ]; then
+    scancel --batch --signal=USR1 "$train_job" || fail "scancel --batch --signal=USR1 $train_job"
+    signalled=yes
+    echo "== SIGUSR1 to the training job's batch shell after $((SECONDS - started)) s, at step" \
+      "$(last_step "$train_job") of $train_steps"
+  fi
+  if [ $SECONDS -ge $deadline ]; then
+    [ "$cancelled" = no ] && fail "the job to cancel wrote no row in 400 s"
+    [ "$signalled" = no ] &&
+      fail "the training job made no 50 steps in 400 s: $(states "$train_job")"
+    break
+  fi
+  sleep 0.5
+done
+[ "$cancelled" = no ] && scancel "$cancel_job"
+# the uninterrupted run, while the training job waits to start again
+if [ -n "$train_job" ]; then
+  mapfile -t extra < <(set_args "${train_sets[*]}")
+  mpirun_ref 2 1 "$tmp/ref/train.csv" ted_train -c experiments/train/tiny-cpu.yaml "${extra[@]}"
 fi
-all=(${submitted[@]} ${plain[@]} $array_configs $array_points $cpus_job $three_job $cancel_job)
+all=(${submitted[@]} ${plain[@]} $array_configs $array_points $cpus_job $three_job $cancel_job
+  $train_job)
 wait_jobs 600 "${all[@]}" || fail "jobs still running after 600 s: $(squeue 2>&1)"
 echo "== all jobs ended after $((SECONDS - started)) s"
 for job in "${all[@]}"; do
   scontrol -o show job "$job" | sed -n 's/^JobId=\([0-9]*\).* JobName=\([^ ]*\).*JobState=\([A-Z]*\).*RunTime=\([0-9:]*\).*/job \1 \2: \3 in \4/p'
 done
 
-# The scripts log to slurm/logs/%x-%j.out: %j is the job id, for an array task its own (the id
-# sbatch printed is the array's, which Slurm gives to one of the tasks only).
-log_of() { ls "$root"/slurm/logs/ted-*-"$1".out 2>/dev/null | head -n 1; }
 expect_state() {  # <what> <job> <state>: every task of an array; else the log of each task not in it
   local got line task state
   got=$(states "$2")
@@ -374,7 +436,12 @@ for name in "${experiments[@]}"; do
     [ -n "$job" ] || continue
     expect_state "$how $name" "$job" COMPLETED
     [ -n "$(log_of "$job")" ] || fail "$how $name: no log slurm/logs/ted-$name-$job.out"
-    rows same "$tmp/ref/$name.csv" "$tmp/csv/$name.csv" "$job" threads=1 || failures=$((failures + 1))
+    if [ -n "${own_csv[$name]:-}" ]; then
+      rows same "$tmp/ref/$name.csv" "$(csv_of "$name" "$how")" - || failures=$((failures + 1))
+    else
+      rows same "$tmp/ref/$name.csv" "$(csv_of "$name" "$how")" "$job" threads=1 ||
+        failures=$((failures + 1))
+    fi
   done
 done
 for how in submitted plain; do
@@ -418,6 +485,34 @@ if [ -n "$cancel_job" ]; then
   expect_state "scancel half-way" "$cancel_job" CANCELLED
   kept=$(rows whole "$tmp/csv/cancel.csv" 1 4) || fail "scancel half-way: $kept"
   echo "ok: scancel half-way kept $kept whole row(s)"
+fi
+if [ -n "$train_job" ]; then
+  before=$failures
+  expect_state "the training job stopped by SIGUSR1" "$train_job" COMPLETED
+  log=$(log_of "$train_job")
+  restarts=$(scontrol -o show job "$train_job" | grep -o 'Restarts=[0-9]*')
+  [ "$restarts" = Restarts=1 ] || fail "the training job: '$restarts', not Restarts=1"
+  stopped=$(sed -n 's/^# stopped by SIGUSR1 after step \([0-9]*\) of .*/\1/p' "$log")
+  resumed=$(sed -n 's/^# resumed from .*: \([0-9]*\) steps done .*/\1/p' "$log")
+  signal_at=$(sed -n 's/^ted-train: got SIGUSR1 at \(.*\): passing SIGUSR1 .*/\1/p' "$log")
+  restart_at=$(sed -n "s/^ted-train: job $train_job (restart 1) at \([-0-9]* [0-9:]*\), .*/\1/p" \
+    "$log")
+  if [ -z "$stopped" ] || [ "$stopped" -lt 1 ] || [ "$stopped" -ge "$train_steps" ]; then
+    fail "the training job: not stopped half-way by SIGUSR1: '$stopped'"
+  elif ! grep -q "requeueing job $train_job" "$log" || [ -z "$restart_at" ]; then
+    fail "the training job: its log shows no requeue and no second run (restart 1)"
+  elif [ "$resumed" != "$stopped" ]; then
+    fail "the training job: stopped after step $stopped, resumed after '$resumed'"
+  elif [ ! -d "$tmp/checkpoints/step_$(printf %08d "$stopped")" ]; then
+    fail "the training job: no checkpoint step_$(printf %08d "$stopped")"
+  elif rows same "$tmp/ref/train.csv" "$tmp/csv/train.csv" -; then
+    echo "ok: the training job: SIGUSR1 at $signal_at, stopped after step $stopped with a" \
+      "checkpoint, requeued ($restarts), started again at $restart_at and resumed from step" \
+      "$stopped, COMPLETED, every step equal to an uninterrupted mpirun run's"
+  else
+    failures=$((failures + 1))
+  fi
+  [ "$failures" = "$before" ] || grep -v '^step ' "$log" | tail -n 40
 fi
 echo "== checked after $((SECONDS - started)) s"
 echo "$failures failed"

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Compares the CSV rows a Slurm job wrote with an mpirun run of the same config.
 
-    slurm_rows.py same <reference.csv> <job CSV> <job id> [row=<K>] [<column>=<value> ...]
-        the job CSV's rows whose slurm_job is <job id> equal the reference's rows (only its
-        K-th with row=K) in number, order and every deterministic column (everything but times,
-        rates, the command, the thread count, the job and run ids and the ranks per core); the
+    slurm_rows.py same <reference.csv> <job CSV> <job id | -> [row=<K>] [<column>=<value> ...]
+        the job CSV's rows whose slurm_job is <job id> (with -: all its rows, for a CSV of one
+        job without that column, as ted_train's) equal the reference's rows (only its K-th with
+        row=K) in number, order and every deterministic column (everything but times, rates, the
+        command, the thread count, the job and run ids and the ranks per core); the
         <column>=<value> pairs must hold in each of them
     slurm_rows.py whole <CSV> <least> <most>
         the file is whole rows only (each with the header's field count), between <least> and
@@ -24,6 +25,7 @@ VOLATILE = {
     "tokens_per_s", "tflops_per_rank", "time_us_median", "time_us_p10", "time_us_p90",
     "algbw_GBps", "busbw_GBps", "mpi_time_us_median", "mpi_busbw_GBps", "busbw_ratio_vs_mpi",
     "command", "threads", "slurm_job", "run_id", "ranks_per_core",
+    "seconds", "gflops_per_s",  # ted_train's columns (the convergence's too)
 }
 
 
@@ -50,7 +52,7 @@ def same(reference_path, path, job, *pairs):
         if pair.startswith("row="):
             reference = reference[int(pair[4:]) - 1:int(pair[4:])]
     pairs = [pair for pair in pairs if not pair.startswith("row=")]
-    rows = [row for row in read(path) if row["slurm_job"] == job]
+    rows = [row for row in read(path) if job == "-" or row["slurm_job"] == job]
     if len(rows) != len(reference):
         fail(f"{path}: {len(rows)} rows of job {job}, the mpirun run has {len(reference)}")
     for number, (row, expected) in enumerate(zip(rows, reference), start=1):
@@ -64,7 +66,8 @@ def same(reference_path, path, job, *pairs):
             column, value = pair.split("=", 1)
             if row[column] != value:
                 fail(f"{path} job {job} row {number}: {column} = {row[column]!r}, not {value!r}")
-    print(f"ok: {len(rows)} rows of job {job} in {path} equal the mpirun run's")
+    of = "" if job == "-" else f" of job {job}"
+    print(f"ok: {len(rows)} rows{of} in {path} equal the mpirun run's")
 
 
 def whole(path, least, most):
