@@ -241,11 +241,11 @@ def window_permutation(windows, seed, epoch):
 
 def validation_documents(fraction, documents):
     """The last documents data.valid_fraction f makes the validation split: 0 when f is 0, else
-    max(1, floor(f x documents + 0.5)), a half rounded up as C++'s std::round rounds it (Python's
-    round would take it to the even neighbour)."""
+    max(1, round(f x documents)), a half to the even neighbour as Python's round and Megatron's
+    split take it (C++: std::nearbyint, lib/ted/train/megatron_data.cpp)."""
     if not fraction > 0:
         return 0
-    return max(1, math.floor(fraction * documents + 0.5))
+    return max(1, round(fraction * documents))
 
 
 class MegatronSource:
@@ -374,10 +374,26 @@ def make_source(cfg):
     return SyntheticSource(m["vocab"], cfg["training"]["seed"], d["noise"])
 
 
+class OffsetSource:
+    """Another source's samples from index `offset` on (lib/ted/train/trainer.cpp OffsetSource)."""
+
+    def __init__(self, inner, offset):
+        self.inner, self.offset = inner, offset
+
+    def sample(self, index, seq_len):
+        return self.inner.sample(self.offset + index, seq_len)
+
+
 def make_validation_source(cfg):
-    """The validation split's source (data.source megatron with data.valid_fraction or
-    data.valid_path), or None."""
-    return megatron_source(cfg, validation=True) if cfg["data"]["source"] == "megatron" else None
+    """The held-out samples (lib/ted/train/trainer.cpp make_validation_source): Megatron data's
+    validation split (data.valid_fraction or data.valid_path), the synthetic chain's samples from
+    index 2^40 on (never trained on), or None."""
+    source = cfg["data"]["source"]
+    if source == "megatron":
+        return megatron_source(cfg, validation=True)
+    if source == "synthetic":
+        return OffsetSource(make_source(cfg), 1 << 40)
+    return None
 
 
 def micro_batch(source, first_sample, sequences, seq_len, device):

@@ -325,12 +325,13 @@ class Run:
             self.a2a = AllToAllCounter(sharded_moe, self.accelerator)
         self.gpt_moe = gpt_moe
         self.source = gpt_moe.make_source(cfg)
-        self.valid_source = None  # training.eval_every's: the validation split (megatron data)
+        self.valid_source = None  # training.eval_every's held-out samples
         if cfg["training"].get("eval_every", 0) > 0:
             self.valid_source = gpt_moe.make_validation_source(cfg)
             if self.valid_source is None:
-                raise ValueError("training.eval_every needs a validation split: data.source "
-                                 "megatron with data.valid_fraction or data.valid_path")
+                raise ValueError("training.eval_every needs held-out data: the synthetic source, "
+                                 "or data.source megatron with data.valid_fraction or "
+                                 "data.valid_path")
         self.flops_per_step = gpt_moe.model_flops(cfg, point.tokens_per_step())
         self.step_ledger = {}  # DeepSpeed-TED: the last step's bytes per (operation, group)
         # ted_train configs drop with our masks (dropout_masks.py), keyed per micro-batch in

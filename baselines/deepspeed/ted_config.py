@@ -41,7 +41,8 @@ DEFAULTS = {
              "micro_batches": 1, "global_batch": 0,
              # megatron: the validation split, the last documents or a second prefix
              "valid_fraction": 0.0, "valid_path": ""},
-    "training": {"steps": 100, "seed": 1234, "log_every": 1, "csv": "", "grad_dtype": "fp32"},
+    "training": {"steps": 100, "seed": 1234, "log_every": 1, "csv": "", "grad_dtype": "fp32",
+                 "eval_every": 0, "eval_batches": 1},
     "routing": dict(ted_workload.DEFAULTS),  # forced workloads (ted_workload.py)
     "parallel": {"tp": 1, "ep": 1, "dp": 0, "dtd": False, "cac": False, "cac_all_reduce": False,
                  "reduce_scatter": False, "zero1": True, "tile_elems": 0, "split_experts": True,
@@ -238,6 +239,13 @@ def _validate(cfg):
         raise ConfigError(f"run.backend must be cpu or cuda, got '{r['backend']}'")
     if r["dtype"] not in ("fp32", "bf16", "fp16"):
         raise ConfigError(f"run.dtype must be fp32, bf16 or fp16, got '{r['dtype']}'")
+    t = cfg["training"]
+    if t["eval_every"] < 0:
+        raise ConfigError("training.eval_every must be at least 0 (0: never)")
+    if t["eval_batches"] < 1:
+        raise ConfigError("training.eval_batches must be at least 1")
+    if t["eval_every"] > 0 and cfg["data"]["source"] == "file":
+        raise ConfigError("training.eval_every needs a held-out split, and data.source file has none")
     grad_dtype = cfg["training"]["grad_dtype"]
     if grad_dtype not in ("fp32", r["dtype"]):
         raise ConfigError(f"training.grad_dtype must be fp32 or the storage type run.dtype "

@@ -69,6 +69,25 @@ samples corpus_int32 100000 7 5 0.05
 samples corpus_uint16 5000 16 1234 0 held_out
 megatron check "$work"
 
+# The DeepSpeed runner's source (baselines/deepspeed/gpt_moe.py MegatronSource) on the same
+# datasets: the lines our C++ printed, sample for sample; and its own checks against the spec.
+while read -r name out seq_len seed fraction valid; do
+  keys=(data.source=megatron "data.path=$work/data/$name" "model.seq_len=$seq_len"
+    "training.seed=$seed" "data.valid_fraction=$fraction")
+  [ -n "$valid" ] && keys+=("data.valid_path=$work/data/$valid")
+  "$python" "$source_dir/tests/apps/megatron_samples_py.py" print "$config" 220 "${keys[@]}" \
+    model.vocab=100000 2>>"$work/python.err" | grep -v '^#' >"$out.py"
+  if ! diff -q <(grep -v '^#' "$out") "$out.py" >/dev/null; then
+    echo "FAIL  the DeepSpeed runner's samples of $name (seed $seed, fraction $fraction) differ from ours"
+    diff <(grep -v '^#' "$out") "$out.py" | head -4
+    exit 1
+  fi
+done <"$work/cases.txt"
+echo "ok    the DeepSpeed runner's Megatron source reads the same samples as ours in all $(wc -l <"$work/cases.txt") cases"
+"$python" "$source_dir/tests/apps/megatron_samples_py.py" selftest >"$work/selftest.out" \
+  2>>"$work/python.err" || { cat "$work/selftest.out"; echo "FAIL  megatron_samples_py.py selftest"; exit 1; }
+echo "ok    megatron_samples_py.py selftest: $(grep -c '^ok' "$work/selftest.out") checks of the runner's source against the spec"
+
 # ted_train on a Megatron dataset: two steps, its data line saying what it reads.
 "$build/apps/ted_train" -c "$config" --set data.source=megatron \
   --set "data.path=$work/data/corpus_uint16" --set model.vocab=5000 --set data.valid_fraction=0.1 \

@@ -181,12 +181,13 @@ assert sys.modules["megatron"] is megatron and inspect.getmodule(megatron.F) is 
                 expected_valid_documents=1)
         compare("uint16, valid_path (all of another dataset)",
                 config(u16, 5000, 16, 1234, valid_path=f"{folder}/held"))
-        # 0.5 x 37 = 18.5 and 0.25 x 10 = 2.5: halves round up (std::round), not to even.
-        compare("uint16, valid_fraction 0.5 (18.5: the last 19)", config(u16, 5000, 16, 3, 0.5),
-                expected_valid_documents=19)
+        # 0.5 x 37 = 18.5 and 0.25 x 10 = 2.5: halves to the even neighbour (Python's round,
+        # Megatron's split, C++'s std::nearbyint).
+        compare("uint16, valid_fraction 0.5 (18.5: the last 18)", config(u16, 5000, 16, 3, 0.5),
+                expected_valid_documents=18)
         report([gpt_moe.validation_documents(f, n) for f, n in
                 ((0.25, 10), (0.5, 37), (0.05, 1189), (0.1, 5), (0.0, 10), (0.5, 1))] ==
-               [3, 19, 59, 1, 0, 1], "validation_documents: floor(f x documents + 0.5), at "
+               [2, 18, 59, 1, 0, 1], "validation_documents: round(f x documents), half to even, at "
                "least 1, 0 without a fraction")
         refuses("too few tokens", config(f"{folder}/short", 50, 4096, 1), "fewer than "
                 "model.seq_len + 1 = 4097")
