@@ -48,7 +48,8 @@ def curves(inputs):
     systems, entropy, machines, revisions = {}, None, set(), set()
     for path in inputs:
         if path.endswith(".json"):
-            entropy = json.load(open(path)).get("unigram_entropy")
+            summary = json.load(open(path))
+            entropy = summary.get("unigram_entropy_nats", summary.get("unigram_entropy"))
             continue
         for row in read_rows(path):
             name = system_of(row, path)
