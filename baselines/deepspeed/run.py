@@ -26,6 +26,12 @@ training.eval_every > 0 the validation split's LM loss every eval_every steps an
 (valid_loss, over training.eval_batches global batches); --loads FILE adds each step's
 per-expert loads (write_loads).
 
+Convergence YAMLs (ted_convergence's): each system of the YAML DeepSpeed has an equal for
+(deepspeed-moe at T = 1, ted/ted+dtd as DeepSpeed-TED at layout.tp; the others skipped with a
+line) trains as a ted_train config does, training.steps steps (run.iters 0: 2) from our weights
+with our dropout masks and the held-out loss, its rows appended to --csv (default
+results/local/convergence/deepspeed_<config>.csv) in ted_train's schema plus `system`.
+
 routing.workload other than learned: DeepSpeed's gate takes each token's experts from our forced
 workload (ted_workload.py, handed over by routing_probe.py), its probabilities still weighting
 them.
@@ -84,6 +90,10 @@ TRAIN_COLUMNS = (
     f"peak_{c}_bytes" for c in ("parameters", "gradients", "optimizer_state", "activations",
                                 "communication", "cac_stash", "optimizer_temporaries")
 ] + ["fingerprint", "git_revision", "command", "attention", "blas", "blas_kernel"]
+# ted_convergence's: ted_train's columns and the system (apps/ted_convergence.cpp header()).
+CONVERGENCE_COLUMNS = TRAIN_COLUMNS + ["system"]
+# The experiments trained step by step (rows per step, ted_train's schema plus the system).
+TRAINED_EXPERIMENTS = ("convergence",)
 
 
 def torch_blas(torch):
@@ -338,7 +348,8 @@ class Run:
         # step(); an experiment's timed points keep PyTorch's, drawn on the device (ours are
         # numpy's, on the host: at the paper's shapes they would dominate the step).
         self.dropout_keys = None
-        if not cfg["experiment"] and m["dropout"] > 0:
+        if (not cfg["experiment"] or cfg["experiment"] in TRAINED_EXPERIMENTS) and \
+                m["dropout"] > 0:
             import dropout_masks
             self.dropout_keys = dropout_masks.DropoutKeys(cfg["training"]["seed"], m["dropout"],
                                                           m["seq_len"])
@@ -502,7 +513,9 @@ class Run:
         fused = self.point.cfg["model"]["attention"] != "materialized" and \
             self.dropout_keys is None  # our masks: materialized
         system = f"deepspeed-{deepspeed.__version__}"
-        if self.ted:
+        # DeepSpeed-MoE run in the tensor-parallel model at T = 1 for our weights (convergence)
+        # is still DeepSpeed-MoE's row
+        if self.ted and self.point.system != "deepspeed-moe":
             import deepspeed_ted
             system = deepspeed_ted.system_name(deepspeed.__version__, self.point.ds_config)
         return {"system": system,
@@ -577,6 +590,10 @@ def write_loads(path, loads, dropped):
 
 
 def run_training(point, cfg, args, command, revision):
+    """ted_train's config, or one system of a trained experiment (convergence: point.cfg's
+    steps, the rows appended to --csv with the system, as ted_convergence appends its)."""
+    experiment = cfg["experiment"]
+    cfg = point.cfg
     steps = cfg["training"]["steps"]
     eval_every, eval_batches = cfg["training"].get("eval_every", 0), \
         cfg["training"].get("eval_batches", 1)
@@ -598,7 +615,8 @@ def run_training(point, cfg, args, command, revision):
                    "tokens_per_s": tokens / seconds,
                    "gflops_per_s": run.flops_per_step / point.G / seconds / 1e9, "G": point.G,
                    "T": point.T, "Ep": point.Ep, "D": point.D,
-                   "dtd": int(point.ds_config in ("ted", "ted-whole")), "cac": 0,
+                   "dtd": int(point.ds_config in ("ted", "ted-whole") and
+                              point.system != "deepspeed-moe"), "cac": 0,
                    "reduce_scatter": 0,
                    "zero1": int(cfg["parallel"]["zero1"]), "tile_elems": 0,
                    "backend": cfg["run"]["backend"], "dtype": cfg["run"]["dtype"],
@@ -606,6 +624,8 @@ def run_training(point, cfg, args, command, revision):
                    "skipped": 0, "all_to_all_expert_bytes": run.a2a_totals()[1],
                    "git_revision": revision, "command": command}
             described = run.describe()
+            if experiment:
+                row["system"] = described["system"]
             row.update(comm=described["comm"], device=described["device"],
                        grad_dtype=described["grad_dtype"], attention=described["attention"],
                        blas=described["blas"], blas_kernel=described["blas_kernel"])
@@ -618,23 +638,34 @@ def run_training(point, cfg, args, command, revision):
             rows.append(row)
             if run.rank == 0 and (step % cfg["training"]["log_every"] == 0 or step + 1 == steps
                                   or evaluated):
-                print(f"step {step + 1:5d}/{steps} loss {loss:.4f} lm {lm:.4f} aux {aux:.4f} "
+                print((f"{row['system']:<28s} " if experiment else "") + f"step {step + 1:5d}/{steps} loss {loss:.4f} lm {lm:.4f} aux {aux:.4f} "
                       f"lr {lr:.2e} |g| {norm if norm is not None else float('nan'):.3f} "
                       f"tok/s {tokens / seconds:.0f}"
                       + (f" valid {row['valid_loss']:.4f}" if evaluated else ""), flush=True)
     except FloatingPointError as error:
         if run.rank == 0 and rows:
-            write_atomic(args.csv, TRAIN_COLUMNS, rows)
+            keep(args.csv, experiment, rows)
         raise RuntimeError(f"{error}; the steps before it are in {args.csv}" if rows else
                            str(error)) from None
     fingerprint = run.fingerprint()
     if run.rank == 0:
         rows[-1]["fingerprint"] = f"{fingerprint:.9e}"
-        write_atomic(args.csv, TRAIN_COLUMNS, rows)
+        keep(args.csv, experiment, rows)
         if args.loads:
             write_loads(args.loads, loads, dropped)
-        print(f"# loss {first:.4f} -> {rows[-1]['loss']:.4f}\n# fingerprint {fingerprint:.9e}\n"
-              f"# CSV: {args.csv}", flush=True)
+        print((f"# {rows[-1]['system']}" + (f" (as ours {point.system}; {point.note})"
+                                              if point.note else "") + ": " if experiment else
+               "# ") + f"loss {first:.4f} -> {rows[-1]['loss']:.4f}\n# fingerprint "
+              f"{fingerprint:.9e}\n# CSV: {args.csv}", flush=True)
+    return len(rows)
+
+
+def keep(path, experiment, rows):
+    """ted_train's rows replace the file; a trained experiment's system appends its own."""
+    if experiment:
+        append_rows(path, CONVERGENCE_COLUMNS, rows)
+    else:
+        write_atomic(path, TRAIN_COLUMNS, rows)
 
 
 def main():
@@ -651,7 +682,8 @@ def main():
                         "file (step,layer,expert,load; a last line dropped,<total>)")
     parser.add_argument("--systems", help="experiments: our systems to run as DeepSpeed's "
                         "configuration equal to each (comma list, or 'all': the config's "
-                        "systems); default deepspeed-moe alone (DeepSpeed-MoE, T = 1)")
+                        "systems); default deepspeed-moe alone (DeepSpeed-MoE, T = 1), for "
+                        "convergence (trained) all")
     parser.add_argument("--check", action="store_true", help="validate only, run nothing")
     parser.add_argument("--ranks", type=int, help="with --check: the rank count to check for")
     parser.add_argument("--list-ranks", action="store_true",
@@ -668,9 +700,11 @@ def main():
         cfg = ted_config.load(args.config, overrides)
         stem = Path(args.config).stem
         train = not cfg["experiment"]
+        trained = train or cfg["experiment"] in TRAINED_EXPERIMENTS  # rows per step
         args.csv = cfg["run"]["csv"] or (cfg["training"]["csv"] if train else "") or \
             f"results/local/{cfg['experiment'] or 'train'}/deepspeed_{stem}.csv"
-        columns = TRAIN_COLUMNS if train else EXPERIMENT_COLUMNS
+        columns = TRAIN_COLUMNS if train else \
+            CONVERGENCE_COLUMNS if trained else EXPERIMENT_COLUMNS
         if args.loads and not train:
             raise ted_config.ConfigError("--loads is for ted_train configs (one row per step)")
         systems = None
@@ -735,11 +769,11 @@ def main():
               f"{torch.get_num_threads()} thread(s) per rank", flush=True)
         for line in skipped:
             print(f"# {line}", flush=True)
-    status = 0
+    status, appended = 0, 0
     try:
         for point in points:
-            if train:
-                run_training(point, cfg, args, command, revision)
+            if trained:
+                appended += run_training(point, cfg, args, command, revision) or 0
             else:
                 run_experiment_point(point, cfg, args, command, revision)
     except RuntimeError as error:  # a non-finite loss: one line; the rows before it are kept
@@ -747,7 +781,8 @@ def main():
             print(f"{PROGRAM}: {error}", file=sys.stderr)
         status = 1
     if status == 0 and rank == 0 and not train:
-        print(f"# CSV: {args.csv} ({len(points)} row(s) appended)", flush=True)
+        print(f"# CSV: {args.csv} ({appended if trained else len(points)} row(s) appended)",
+              flush=True)
     # Gloo's threads (a tcp loop and two run loops per process group) outlive
     # destroy_process_group(): DeepSpeed's expert and data groups are still referenced from its
     # module state, so they would be torn down with the interpreter, where now and then one

@@ -265,7 +265,10 @@ def _validate(cfg):
 # not have: a system with it runs without (the recompute redoes the collectives, the row says
 # cac 0). The reduce-scatter and the overlap it has no counterpart of: skipped with a line.
 def deepspeed_of(system, split_experts=True):
-    """(DeepSpeed configuration, note) for one of our systems, or (None, why not)."""
+    """(DeepSpeed configuration, note) for one of our systems, or (None, why not: every part
+    DeepSpeed has no equal for). A +bf16/+fp16 part (the system's storage type, make_point) is
+    DeepSpeed's 16-bit engine (run.py by run.dtype, which system_dtype sets on the point; run on
+    CPU ranks too, docs/deepspeed.md's memory table)."""
     if system == "deepspeed-moe":
         return "moe", ""
     parts = {"ted": {"dtd", "cac"}, "ted-baseline": set()}.get(system)
@@ -275,8 +278,13 @@ def deepspeed_of(system, split_experts=True):
         parts = set(system[4:].split("+"))
         if any(p.startswith("overlap") for p in parts):
             return None, "DeepSpeed has no overlapped MoE exchange"
+    missing = []
     if "rs" in parts:
-        return None, "DeepSpeed has no reduce-scatter in the expert block"
+        missing.append("DeepSpeed has no reduce-scatter in the expert block")
+    if "tile" in parts:  # as train_deepspeed_config refuses parallel.tile_elems
+        missing.append("DeepSpeed's ZeRO-1 step has no tiles")
+    if missing:
+        return None, "; ".join(missing)
     note = "no CAC in DeepSpeed: its recompute runs the collectives again" if "cac" in parts \
         else ""
     if not split_experts:
@@ -363,6 +371,12 @@ def train_deepspeed_config(cfg):
     return config
 
 
+def system_dtype(system):
+    """The storage type a system's +bf16/+fp16 part asks for, "" without one."""
+    parts = set(system[4:].split("+")) if system.startswith("ted+") else set()
+    return next((d for d in ("bf16", "fp16") if d in parts), "")
+
+
 def _systems_of(cfg, systems, label):
     """[(system, DeepSpeed configuration, note)] of the config's systems to run, and lines
     for those DeepSpeed cannot run; `systems` None: DeepSpeed-MoE alone (the T = 1 baseline)."""
@@ -402,7 +416,19 @@ def all_points(cfg, world_size, systems=None, skipped=None):
             own = copy.deepcopy(point_cfg)
             if "cac" in note:  # ours turns checkpointing on with CAC; DeepSpeed recomputes
                 own["model"]["checkpoint"] = True
-            point = Point(own, ranks, tp, ep, label, config, system, note)
+            dtype = system_dtype(system)
+            if dtype:  # make_point: the system's type, 16-bit gradients where the YAML has them
+                if own["training"]["grad_dtype"] != "fp32":
+                    own["training"]["grad_dtype"] = dtype
+                own["run"]["dtype"] = dtype
+            if experiment == "convergence" and config == "moe" and \
+                    own["model"]["tie_embeddings"]:
+                # From our very weights: DeepSpeed's MoE layer in the tensor-parallel model at
+                # T = 1 (gpt_ted.py, the tied embedding; nothing for DTD to drop), as a ted_train
+                # config at parallel.tp 1 runs; still DeepSpeed-MoE's layout, D = G / Ep.
+                point = Point(own, ranks, 1, ep, label, "ted", system, note)
+            else:
+                point = Point(own, ranks, tp, ep, label, config, system, note)
             _with_global_batch(point.cfg, point, global_batch)
             made.append(point)
         points.extend(made)
@@ -418,6 +444,17 @@ def all_points(cfg, world_size, systems=None, skipped=None):
         lay = cfg["layout"]
         ranks = lay["tp"] * lay["ep"] * lay["dp"] if lay["dp"] > 0 else world_size
         add(cfg, ranks, lay["tp"], lay["ep"], "layout.*", cfg["data"]["global_batch"])
+    elif experiment == "convergence":
+        # ted_convergence: the ablation's layout, every system of the YAML DeepSpeed has an
+        # equal for (the others skipped with a line), each trained training.steps steps (run.iters
+        # 0, the correctness-only mode: 2 steps).
+        systems = ["all"] if systems is None else systems
+        lay = cfg["layout"]
+        ranks = lay["tp"] * lay["ep"] * lay["dp"] if lay["dp"] > 0 else world_size
+        steps = 2 if cfg["run"]["iters"] == 0 else cfg["training"]["steps"]
+        for point in add(cfg, ranks, lay["tp"], lay["ep"], "layout.*",
+                         cfg["data"]["global_batch"]):
+            point.cfg["training"]["steps"] = steps
     elif experiment in ("weak_scaling", "strong_scaling"):
         s = cfg["sweep"]
         if not s["ranks"]:
@@ -445,7 +482,8 @@ def all_points(cfg, world_size, systems=None, skipped=None):
                     point.cfg["data"]["micro_batches"] //= data_parallel
     else:
         raise ConfigError(f"{cfg['where']}: the DeepSpeed runner runs ablation, weak_scaling, "
-                          f"strong_scaling and ted_train configs, not '{experiment}'")
+                          f"strong_scaling, convergence and ted_train configs, not "
+                          f"'{experiment}'")
     for point in points:
         m, g = point.cfg["model"], point.cfg["gating"]
         if m["hidden"] % m["heads"]:

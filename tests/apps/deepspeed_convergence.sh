@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The convergence experiment through DeepSpeed (baselines/deepspeed/run.py) against ours
+# (ted_convergence) on 4 CPU ranks: experiments/convergence/cpu.yaml, 5 steps, the held-out loss
+# at step 5, our dropout masks (dropout 0.1) and our initial weights on both sides.
+# check_deepspeed_convergence.py holds DeepSpeed's rows to ours per system (deepspeed-moe =
+# DeepSpeed-MoE at T = 1, ted+dtd = DeepSpeed-TED at T = 2 with its DTD; the third system has no
+# DeepSpeed equal and no rows): per step loss, lm_loss, aux_loss, grad_norm and valid_loss within
+# 1e-5 relative. Capacity factor 4: nothing is dropped, since which tokens a full expert drops
+# is DeepSpeed's choice (torch.topk over a 0/1 mask) unless the tokens carry our priorities.
+# Also --iters 0 (the correctness-only mode): 2 rows per system, as ted_convergence writes.
+# Skipped (77) as deepspeed_baseline.sh is, without the environment.
+#   deepspeed_convergence.sh <source dir> <build dir> <work dir> <mpiexec>
+set -euo pipefail
+source_dir=$1 build=$2 work=$3 mpiexec=$4
+if [ -n "${TED_SKIP_DEEPSPEED:-}" ]; then
+  echo "SKIPPED: TED_SKIP_DEEPSPEED is set: the DeepSpeed environment is not installed"
+  exit 77
+fi
+rc=0
+venv=$("$source_dir/baselines/deepspeed/setup.sh" | tail -1) || rc=$?
+if [ "$rc" = 3 ]; then
+  echo "SKIPPED: the package registry cannot be reached, so the DeepSpeed environment" \
+    "(baselines/deepspeed/requirements.txt) cannot be installed"
+  exit 77
+fi
+[ "$rc" = 0 ] || exit "$rc"
+rm -rf "$work"
+mkdir -p "$work"
+cd "$source_dir"
+export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1
+config=experiments/convergence/cpu.yaml
+check=$source_dir/tests/apps/check_deepspeed_convergence.py
+
+# run <name> <steps> <options...>: ours and DeepSpeed's on the config, then the check.
+run() {
+  local name=$1 steps=$2
+  shift 2
+  "$mpiexec" -n 4 --oversubscribe "$build/apps/ted_convergence" -c "$config" "$@" \
+    --csv "$work/ours_$name.csv" >/dev/null
+  baselines/deepspeed/launch.sh -n 4 -c "$config" "$@" --csv "$work/deepspeed_$name.csv" \
+    >"$work/deepspeed_$name.log"
+  grep -q "^# skipping ted+dtd+cac+rs+tile+bf16 at layout.\*: DeepSpeed has no reduce-scatter" \
+    "$work/deepspeed_$name.log" || { echo "no skip line for the third system" >&2; exit 1; }
+  /usr/bin/python3 "$check" "$work/ours_$name.csv" "$work/deepspeed_$name.csv" "$steps" "${TOL:-1e-5}"
+}
+run nodrop 5 --set training.steps=5 --set training.eval_every=5 --set gating.capacity_factor=4
+run iters0 2 --iters 0 --set gating.capacity_factor=4
