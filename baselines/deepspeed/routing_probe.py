@@ -20,12 +20,26 @@ gradients flow through the probabilities. Each forced call is checked: exactly t
 calls, and every route it kept is on the forced expert (an upgrade of DeepSpeed that chose
 another way fails here, not silently). docs/deepspeed.md, "Forced routing workloads", says
 what this cannot reach.
+
+Random token selection (gating.random_token_selection, top-1): which tokens a full expert keeps
+is ours' choice too. Ours keeps, per expert, the tokens of highest priority hash(seed,
+kTokenSelection, step, layer, global token) (lib/ted/kernels/cpu/gating.cpp); DeepSpeed's
+top1gating with use_rts keeps torch.topk(mask1 x uniform(mask1.shape)) per expert, uniform being
+sharded_moe.exp_selection_uniform_map[device]. Before each gate call the probe places there a
+function that returns, for [tokens, experts], each token's counter_random.uniform of that hash
+(float64, the top 53 bits: monotone in our hash) broadcast over the experts, keyed as the
+forced workloads are (the block's index, the step, the micro-batch's first global token), so
+topk keeps the very tokens ours keeps. It refuses (RuntimeError) a draw outside a gate call or of
+another shape.
 """
 import functools
 
 import numpy as np
 
+import counter_random
 import ted_workload
+
+TOKEN_SELECTION = 2  # random.hpp kTokenSelection: RTS priorities, (step, layer, global token)
 
 
 class RoutingProbe:
@@ -35,6 +49,9 @@ class RoutingProbe:
         self.experts, self.top_k, self.seq_len = m["experts"], g["top_k"], m["seq_len"]
         self.seed = cfg["training"]["seed"]
         self.forced = ted_workload.forced(self.routing)
+        # top2gating has no RTS (use_rts is top1gating's only)
+        self.rts = g["random_token_selection"] and g["top_k"] == 1
+        self.sharded_moe, self._priorities = sharded_moe, None
         self.moe_layers = [layer for layer, block in enumerate(model.blocks) if block.moe]
         self.step, self.first_token = 0, 0
         self._loads, self._dropped, self._choices = {}, {}, {}
@@ -69,9 +86,16 @@ class RoutingProbe:
         self.first_token = first_sample * self.seq_len
 
     def _before_gate(self, layer, gate, args):
+        tokens = args[0].shape[0]
+        if self.rts:  # our priorities for this layer and micro-batch, read by top1gating
+            bits = counter_random.hash_last(
+                self.seed, TOKEN_SELECTION, self.step, layer,
+                np.uint64(self.first_token) + np.arange(tokens, dtype=np.uint64))
+            self._priorities = self.torch.from_numpy(
+                counter_random.uniform_array(bits)).to(args[0].device)
+            self.sharded_moe.exp_selection_uniform_map[args[0].device] = self._uniform
         if not self.forced:
             return
-        tokens = args[0].shape[0]
         key = (layer, self.first_token, tokens)
         if key not in self._choices:  # a checkpointed block's recompute takes the same ones
             choices = ted_workload.assign_experts(self.routing, self.experts, self.top_k,
@@ -79,6 +103,14 @@ class RoutingProbe:
                                                   tokens)
             self._choices[key] = self.torch.from_numpy(choices).to(args[0].device)
         self._pending, self._calls = self._choices[key], 0
+
+    def _uniform(self, shape):
+        """DeepSpeed's RTS draw for mask1 [tokens, experts]: our priorities, per token."""
+        priorities, self._priorities = self._priorities, None
+        if priorities is None or len(shape) != 2 or shape[0] != priorities.shape[0]:
+            raise RuntimeError(f"random token selection: DeepSpeed's gate drew {tuple(shape)} "
+                               "outside a gate call this probe keyed")
+        return priorities[:, None].expand(tuple(shape))
 
     def _forced_argmax(self, input, dim, keepdim):
         j = self._calls

@@ -7,7 +7,9 @@
 # DeepSpeed equal and no rows): per step loss, lm_loss, aux_loss, grad_norm and valid_loss within
 # 1e-5 relative. Capacity factor 4: nothing is dropped, since which tokens a full expert drops
 # is DeepSpeed's choice (torch.topk over a 0/1 mask) unless the tokens carry our priorities.
-# Also --iters 0 (the correctness-only mode): 2 rows per system, as ted_convergence writes.
+# Also --iters 0 (the correctness-only mode): 2 rows per system, as ted_convergence writes; and
+# random token selection at capacity factor 1.0 (tokens dropped): the runner hands DeepSpeed's
+# gate our priorities, so the same tokens are kept and the rows agree as tightly.
 # Skipped (77) as deepspeed_baseline.sh is, without the environment.
 #   deepspeed_convergence.sh <source dir> <build dir> <work dir> <mpiexec>
 set -euo pipefail
@@ -45,3 +47,13 @@ run() {
 }
 run nodrop 5 --set training.steps=5 --set training.eval_every=5 --set gating.capacity_factor=4
 run iters0 2 --iters 0 --set gating.capacity_factor=4
+# Random token selection at the YAML's capacity factor 1.0: tokens are dropped, and the runner hands
+# DeepSpeed's gate our priorities (routing_probe.py), so it keeps the tokens ours keeps.
+run rts 5 --set training.steps=5 --set training.eval_every=5 \
+  --set gating.random_token_selection=true
+/usr/bin/python3 - "$work/ours_rts.csv" <<'PY'
+import csv, sys
+dropped = sum(int(r["dropped"]) for r in csv.DictReader(open(sys.argv[1])))
+assert dropped > 0, "random token selection at capacity factor 1.0 dropped nothing: no test"
+print(f"ok    random token selection, capacity factor 1.0: {dropped} choices dropped, the same")
+PY
