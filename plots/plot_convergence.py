@@ -24,14 +24,16 @@ WINDOW = 20  # steps in the moving mean, as the acceptance's "smoothed over 20 s
 
 
 def smoothed(values, window=WINDOW):
-    """The mean of the `window` steps centred on each (fewer at the ends), so the smooth curve
-    lies on the raw one; every system is smoothed alike before two are compared."""
+    """The mean of the `window` steps centred on each, the window narrowed symmetrically at the
+    ends (the first step is its own mean), so the smooth curve lies on the raw one; every system
+    is smoothed alike before two are compared."""
     prefix = [0.0]
     for value in values:
         prefix.append(prefix[-1] + value)
     out = []
     for i in range(len(values)):
-        low, high = max(0, i - window // 2), min(len(values), i + window - window // 2)
+        half = min(window // 2, i, len(values) - 1 - i)
+        low, high = i - half, i + half + 1
         out.append((prefix[high] - prefix[low]) / (high - low))
     return out
 
@@ -86,7 +88,9 @@ def draw(inputs):
                  f"{row.get('dtype')}, {curve['seconds']:.0f} s")
         loss_axis.plot(curve["steps"], curve["loss"], color=color, alpha=0.2, linewidth=0.8)
         mean = smoothed(curve["loss"])
-        loss_axis.plot(curve["steps"], mean, color=color, label=label, gid=f"series|{name}")
+        # Curves that agree lie on each other: each its own dash and width, so all stay visible.
+        style = dict(linestyle=("-", "--", ":", "-.")[index % 4], linewidth=2.4 - 0.4 * (index % 4))
+        loss_axis.plot(curve["steps"], mean, color=color, label=label, gid=f"series|{name}", **style)
         if curve["valid"]:
             steps, values = zip(*curve["valid"])
             loss_axis.plot(steps, values, "o", color=color, markersize=4,
@@ -95,7 +99,7 @@ def draw(inputs):
                  if s in reference]
         if pairs and name != reference_name:
             steps, percent = zip(*pairs)
-            diff_axis.plot(steps, percent, color=color, label=name, gid=f"series|{name}")
+            diff_axis.plot(steps, percent, color=color, label=name, gid=f"series|{name}", **style)
     if entropy:
         loss_axis.axhline(entropy, color="gray", linestyle=":", linewidth=1,
                           label=f"unigram entropy of the corpus ({entropy:.2f} nats)")
