@@ -24,16 +24,19 @@ WINDOW = 20  # steps in the moving mean, as the acceptance's "smoothed over 20 s
 
 
 def smoothed(values, window=WINDOW):
-    """The mean of the `window` steps centred on each, the window narrowed symmetrically at the
-    ends (the first step is its own mean), so the smooth curve lies on the raw one; every system
-    is smoothed alike before two are compared."""
+    """The mean of the `window` steps centred on each, so the smooth curve lies on the raw one:
+    at the start the window narrows symmetrically (the first step is its own mean, where the loss
+    falls fastest), at the end it is the last `window` steps. Every system is smoothed alike
+    before two are compared."""
     prefix = [0.0]
     for value in values:
         prefix.append(prefix[-1] + value)
-    out = []
-    for i in range(len(values)):
-        half = min(window // 2, i, len(values) - 1 - i)
-        low, high = i - half, i + half + 1
+    out, n = [], len(values)
+    for i in range(n):
+        half = min(window // 2, i)
+        low, high = i - half, min(n, i + half + 1)
+        if high - low < 2 * half + 1:  # the end: the last full window
+            low = max(0, n - window)
         out.append((prefix[high] - prefix[low]) / (high - low))
     return out
 
