@@ -71,15 +71,19 @@ megatron check "$work"
 
 # The DeepSpeed runner's source (baselines/deepspeed/gpt_moe.py MegatronSource) on the same
 # datasets: the lines our C++ printed, sample for sample; and its own checks against the spec.
+: >"$work/python_cases.txt"
 while read -r name out seq_len seed fraction valid; do
-  keys=(data.source=megatron "data.path=$work/data/$name" "model.seq_len=$seq_len"
-    "training.seed=$seed" "data.valid_fraction=$fraction")
-  [ -n "$valid" ] && keys+=("data.valid_path=$work/data/$valid")
-  "$python" "$source_dir/tests/apps/megatron_samples_py.py" print "$config" 220 "${keys[@]}" \
-    model.vocab=100000 2>>"$work/python.err" | grep -v '^#' >"$out.py"
-  if ! diff -q <(grep -v '^#' "$out") "$out.py" >/dev/null; then
+  line="$out.py data.source=megatron data.path=$work/data/$name model.seq_len=$seq_len"
+  line+=" training.seed=$seed data.valid_fraction=$fraction model.vocab=100000"
+  [ -n "$valid" ] && line+=" data.valid_path=$work/data/$valid"
+  echo "$line" >>"$work/python_cases.txt"
+done <"$work/cases.txt"
+"$python" "$source_dir/tests/apps/megatron_samples_py.py" print-cases "$config" 220 \
+  "$work/python_cases.txt" 2>>"$work/python.err"
+while read -r name out seq_len seed fraction valid; do
+  if ! diff -q <(grep -v '^#' "$out") <(grep -v '^#' "$out.py") >/dev/null; then
     echo "FAIL  the DeepSpeed runner's samples of $name (seed $seed, fraction $fraction) differ from ours"
-    diff <(grep -v '^#' "$out") "$out.py" | head -4
+    diff <(grep -v '^#' "$out") <(grep -v '^#' "$out.py") | head -4
     exit 1
   fi
 done <"$work/cases.txt"

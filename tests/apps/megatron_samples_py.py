@@ -12,6 +12,9 @@ make_source, make_validation_source) against the sample spec of lib/ted/train/me
       prints (tests/apps/print_samples.cpp): "# train: ...", "# validation: ..." (or "none"),
       then "train <index> <seq_len ids> : <seq_len target ids>", "valid <index> ...". The lines
       without "#" are to equal print_samples' for the same config and keys.
+  megatron_samples_py.py print-cases <config.yaml> <count> <cases file>
+      The same for every line "<output file> [section.key=value ...]" of the cases file, each
+      into its output file, in one process.
 Run with the DeepSpeed environment's Python (baselines/deepspeed/setup.sh: megatron-core).
 """
 import contextlib
@@ -216,9 +219,23 @@ def print_samples(path, count, overrides):
     return 0
 
 
+def print_cases(path, count, cases):
+    """print_samples for each line "<output file> key=value ..." of the file `cases`, into that
+    output file: many cases in one process (the imports of torch and Megatron-Core take seconds)."""
+    for line in open(cases):
+        words = line.split()
+        if not words:
+            continue
+        with open(words[0], "w") as out, contextlib.redirect_stdout(out):
+            print_samples(path, count, words[1:])
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["selftest"]:
         sys.exit(selftest())
     if sys.argv[1:2] == ["print"] and len(sys.argv) >= 4:
         sys.exit(print_samples(sys.argv[2], int(sys.argv[3]), sys.argv[4:]))
+    if sys.argv[1:2] == ["print-cases"] and len(sys.argv) == 5:
+        sys.exit(print_cases(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
     sys.exit(__doc__)
