@@ -96,59 +96,54 @@ case_resume() {  # <name> <ranks> <k> <rank> <ted_train options...>
     "fingerprint and the final state bit for bit as the whole run"
 }
 
+# A run of 400 steps (one line a step) in the background, sent <signal> from outside once its log
+# has <lines> step lines; `stopped_rc` is its exit code, 124 when the lines did not come in 120 s.
+stop_after_lines() {  # <log> <lines> <signal> <ranks> <ted_train options...>
+  local log=$1 lines=$2 signal=$3 ranks=$4 pid waited=0
+  shift 4
+  launch_bg "$ranks" "${common[@]}" --steps 400 "$@" --set training.log_every=1 >"$log" 2>&1
+  pid=$!
+  until [ "$(grep -c '^step' "$log" 2>/dev/null)" -ge "$lines" ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+    if [ "$waited" -ge 1200 ]; then
+      kill -9 "$pid"
+      wait "$pid"
+      stopped_rc=124
+      return
+    fi
+  done
+  kill -"$signal" "$pid"
+  stopped_rc=0
+  wait "$pid" || stopped_rc=$?
+}
+
 # A real signal from outside: SIGTERM to the process (one rank), SIGUSR1 to mpirun (which passes
-# it to every rank), sent once the run has printed step 3's line.
+# it to every rank), sent once the run has made 3 steps; resumed and stopped again 2 steps later,
+# the resumed steps equal to a run that was not stopped.
 case_external() {  # <name> <ranks> <signal> <ted_train options...>
   local name=$1 ranks=$2 signal=$3
   shift 3
-  local dir="$scratch/$name" pid rc waited=0
+  local dir="$scratch/$name" done_steps
   mkdir -p "$dir"
-  launch_bg "$ranks" "${common[@]}" --steps 400 --set training.log_every=1 "$@" \
-    --save-dir "$dir/ckpt" --csv "$dir/stopped.csv" >"$dir/stopped.log" 2>&1
-  pid=$!
-  until grep -q "^step     3/" "$dir/stopped.log" 2>/dev/null; do
-    sleep 0.1
-    waited=$((waited + 1))
-    [ "$waited" -lt 1200 ] || { fail "$name: no step 3 within 120 s"; kill -9 "$pid"; return; }
-  done
-  kill -"$signal" "$pid"
-  wait "$pid"
-  rc=$?
-  [ "$rc" = 75 ] || fail "$name: exited $rc after SIG$signal, expected 75: $(tail -3 "$dir/stopped.log")"
-  local done_steps
+  stop_after_lines "$dir/stopped.log" 3 "$signal" "$ranks" "$@" --save-dir "$dir/ckpt" \
+    --csv "$dir/stopped.csv"
+  [ "$stopped_rc" = 75 ] ||
+    fail "$name: exited $stopped_rc after SIG$signal, expected 75: $(tail -3 "$dir/stopped.log")"
   done_steps=$(sed -n 's/^# stopped by SIG[A-Z0-9]* after step \([0-9]*\) of .*/\1/p' "$dir/stopped.log")
   [ -n "$done_steps" ] || { fail "$name: no stop line: $(tail -3 "$dir/stopped.log")"; return; }
   [ -d "$dir/ckpt/step_$(printf %08d "$done_steps")" ] || fail "$name: no checkpoint of step $done_steps"
-  # The resumed run goes on to step done + 2 and matches a whole run of that length.
+  echo "ok: $name: SIG$signal to a running $([ "$ranks" = 1 ] && echo process || echo mpirun)" \
+    "stopped it after step $done_steps with a checkpoint (exit 75)"
   local until=$((done_steps + 2))
-  launch_bg "$ranks" "${common[@]}" --steps 400 "$@" --save-dir "$dir/ckpt" --resume \
-    --set training.save_every=0 --csv "$dir/resumed.csv" >"$dir/resumed.log" 2>&1
-  pid=$!
-  waited=0
-  until [ "$(grep -c '^step' "$dir/resumed.log" 2>/dev/null)" -ge 2 ]; do
-    sleep 0.1
-    waited=$((waited + 1))
-    [ "$waited" -lt 1200 ] || { fail "$name: the resumed run made no 2 steps in 120 s"; kill -9 "$pid"; return; }
-  done
-  kill -"$signal" "$pid"
-  wait "$pid"
-  echo "ok: $name: SIG$signal to a running $([ "$ranks" = 1 ] && echo process || echo mpirun) stopped it after step $done_steps with a checkpoint (exit 75)"
+  stop_after_lines "$dir/resumed.log" 2 "$signal" "$ranks" "$@" --save-dir "$dir/ckpt" --resume \
+    --set training.save_every=0 --csv "$dir/resumed.csv"
   grep -q "resumed from .*: $done_steps steps done" "$dir/resumed.log" ||
     fail "$name: did not resume after step $done_steps"
-  launch_bg "$ranks" "${common[@]}" --steps 400 "$@" --set training.log_every=1 \
-    --csv "$dir/whole.csv" >"$dir/whole.log" 2>&1
-  pid=$!
-  waited=0
-  until [ "$(grep -c '^step' "$dir/whole.log" 2>/dev/null)" -ge "$((until + 1))" ]; do
-    sleep 0.1
-    waited=$((waited + 1))
-    [ "$waited" -lt 1200 ] || { fail "$name: the whole run made no $until steps in 120 s"; kill -9 "$pid"; return; }
-  done
-  kill -"$signal" "$pid"
-  wait "$pid"
+  stop_after_lines "$dir/whole.log" "$until" "$signal" "$ranks" "$@" --csv "$dir/whole.csv"
   local a b
-  a=$(fields "$dir/resumed.csv" 1 | sed -n "$((done_steps + 1)),$((done_steps + 2))p")
-  b=$(fields "$dir/whole.csv" 1 | sed -n "$((done_steps + 1)),$((done_steps + 2))p")
+  a=$(fields "$dir/resumed.csv" 1 | sed -n "$((done_steps + 1)),${until}p")
+  b=$(fields "$dir/whole.csv" 1 | sed -n "$((done_steps + 1)),${until}p")
   [ -n "$a" ] && [ "$a" = "$b" ] ||
     fail "$name: steps $((done_steps + 1))-$until after the resume differ: '$a' vs '$b'"
   echo "ok: $name: resumed steps $((done_steps + 1))-$until equal the uninterrupted run's"
