@@ -2,7 +2,7 @@
 T >= 1. The tensor-parallel GPT of gpt_ted.py under deepspeed.initialize(mpu=...), ZeRO stage 1
 as the T = 1 baseline runs it; each of DeepSpeed's configurations (CONFIGS) is one `system`
 value in our CSVs. What it counts per step, as ours does: every collective by operation and group
-(megatron.Ledger, in our ledger's bytes), the per-expert loads and drops (routing_probe.py), and
+(tensor_parallel.Ledger, in our ledger's bytes), the per-expert loads and drops (routing_probe.py), and
 the memory by category (memory_count.py).
 
 The run refuses to start (RuntimeError, one line) wherever DeepSpeed would silently train
@@ -13,7 +13,7 @@ import os
 import torch
 
 import gpt_ted
-import megatron
+import tensor_parallel
 import memory_count
 
 # DeepSpeed's configurations at T > 1: (experts, DTD) and the system of ours each one equals.
@@ -110,9 +110,9 @@ class TedEngine:
 
         self.config = CONFIGS[point.ds_config]
         self.T, self.Ep = point.T, point.Ep
-        self.groups = megatron.Groups(dist, point.T, point.Ep)
-        megatron.set_groups(self.groups)
-        self.mpu = megatron.Mpu(self.groups)
+        self.groups = tensor_parallel.Groups(dist, point.T, point.Ep)
+        tensor_parallel.set_groups(self.groups)
+        self.mpu = tensor_parallel.Mpu(self.groups)
         patch_deepspeed(self.config["dtd"], dist.get_backend() == "gloo")
         tied = cfg["model"].get("tie_embeddings", False)
         self.model = gpt_ted.GptTed(cfg, point.Ep, self.config["experts"], tied)
@@ -132,7 +132,7 @@ class TedEngine:
                   list(ds_groups._get_expert_data_parallel_group_ranks(name))),
                  ("nonexpert_data", self.groups.data, self.groups.data_ranks)]
         self.deepspeed_groups = {kind: ranks for kind, _, ranks in roles}
-        self.ledger = megatron.Ledger(dist, roles)
+        self.ledger = tensor_parallel.Ledger(dist, roles)
         import deepspeed.comm.comm as ds_comm
         self.ledger.install(ds_comm.cdb)
         self.memory = memory_count.EngineMemory(self.engine)

@@ -74,8 +74,8 @@ def engine(cfg, experts, mpu):
 
 
 def megatron_groups():
-    import megatron
-    return megatron.groups()
+    import tensor_parallel
+    return tensor_parallel.groups()
 
 
 def main():
@@ -86,14 +86,14 @@ def main():
     from deepspeed.utils import groups
 
     import deepspeed_ted
-    import megatron
+    import tensor_parallel
 
     with quiet():
         deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
     rank = dist.get_rank()
-    g = megatron.Groups(dist, 2, 2)
-    megatron.set_groups(g)
-    mpu = megatron.Mpu(g)
+    g = tensor_parallel.Groups(dist, 2, 2)
+    tensor_parallel.set_groups(g)
+    mpu = tensor_parallel.Mpu(g)
     if rank == 0:
         print(f"# DeepSpeed {deepspeed.__version__}, torch {torch.__version__}, "
               f"{dist.get_backend()}, {dist.get_world_size()} ranks, T = 2, Ep = 2", flush=True)
@@ -108,7 +108,7 @@ def main():
          "deepspeed.initialize(mpu=...)", raised, str(raised))
 
     # 2. An mpu with initialize_sequence_parallel is taken for a sequence-parallel one.
-    class SequenceMpu(megatron.Mpu):
+    class SequenceMpu(tensor_parallel.Mpu):
         def initialize_sequence_parallel(self):
             pass
 

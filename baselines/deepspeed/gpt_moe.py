@@ -16,7 +16,6 @@ run.py gives the model their keys (ted_train configs: use_dropout_keys, dropout_
 PyTorch's.
 """
 import math
-import os
 
 import numpy as np
 import torch
@@ -301,31 +300,13 @@ class MegatronSource:
 
 
 def megatron_core_indexed_dataset():
-    """Megatron-Core's megatron.core.datasets.indexed_dataset. This folder's megatron.py (our
-    Megatron-style tensor parallelism, `import megatron` in gpt_ted.py and deepspeed_ted.py)
-    shadows the megatron package wherever the folder is on sys.path, as it is first for run.py:
-    the package is imported with the folder off the path and sys.modules["megatron"] left as it
-    was (ours, or nothing), its submodules staying under their dotted names. The package is a
-    namespace package (no file): inspect.getmodule, which torch's custom ops call while the
-    package imports, would take it for ours' file it had noted under the same name and fail, so
-    that note goes first (inspect notes the right one at its next call)."""
+    """Megatron-Core's megatron.core.datasets.indexed_dataset, imported on first use (it takes
+    seconds), without what the package says of Transformer Engine and Apex."""
     import importlib
-    import inspect
-    import sys
     import warnings
-    here = os.path.dirname(os.path.abspath(__file__))
-    ours, path = sys.modules.pop("megatron", None), list(sys.path)
-    getattr(inspect, "_filesbymodname", {}).pop("megatron", None)
-    sys.path[:] = [p for p in path if os.path.abspath(p or os.curdir) != here]
-    try:
-        with warnings.catch_warnings():  # what the package says of Transformer Engine and Apex
-            warnings.simplefilter("ignore")
-            return importlib.import_module("megatron.core.datasets.indexed_dataset")
-    finally:
-        sys.path[:] = path
-        sys.modules.pop("megatron", None)
-        if ours is not None:
-            sys.modules["megatron"] = ours
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return importlib.import_module("megatron.core.datasets.indexed_dataset")
 
 
 def megatron_dataset(prefix, key):

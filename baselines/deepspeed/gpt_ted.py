@@ -1,6 +1,6 @@
 """The suite's MoE GPT split Megatron-style over a tensor group, for DeepSpeed-TED: DeepSpeed's
 MoE layer (deepspeed.moe.layer.MoE) every expert_interval-th FFN, the rest tensor-parallel
-(megatron.py), run at T >= 1 under deepspeed.initialize(mpu=...).
+(tensor_parallel.py), run at T >= 1 under deepspeed.initialize(mpu=...).
 
 The shapes, biases, tanh GeLU and parameter roles are lib/ted/model/gpt.cpp's, and so are the
 initial values: every tensor is drawn whole from our counter-based generator, keyed by our tensor
@@ -24,7 +24,7 @@ The embedding, two ways (`tied`):
   logits and the cross-entropy computed whole on each;
 - tied, vocabulary-parallel (Megatron's GPT): the token embedding split by vocabulary rows over
   T, used again as the output layer, and the cross-entropy computed on the vocabulary slices
-  (megatron.VocabParallelEmbedding, vocab_parallel_cross_entropy); no LM head tensor.
+  (tensor_parallel.VocabParallelEmbedding, vocab_parallel_cross_entropy); no LM head tensor.
 
 Dropout (model.dropout > 0), where ours has it: on the attention probabilities of this rank's
 heads and on each sub-layer's h-wide output (after the all-reduce) before its residual. Given
@@ -46,19 +46,19 @@ from deepspeed.moe.layer import MoE
 
 import counter_random
 import dropout_masks
-import megatron
+import tensor_parallel
 
 
 class Attention(nn.Module):
     def __init__(self, hidden, heads, fused, dropout):
         super().__init__()
         self.dropout = dropout
-        T = megatron.groups().T
+        T = tensor_parallel.groups().T
         self.local_hidden, self.local_heads, self.fused = hidden // T, heads // T, fused
-        self.first_head = megatron.groups().t * self.local_heads  # ours' DropoutKey::first_head
+        self.first_head = tensor_parallel.groups().t * self.local_heads  # ours' DropoutKey::first_head
         self.keys = None  # this block's dropout_masks.LayerKeys (GptTed.use_dropout_keys)
-        self.qkv = megatron.ColumnParallelLinear(hidden, 3 * self.local_hidden)
-        self.proj = megatron.RowParallelLinear(self.local_hidden, hidden)
+        self.qkv = tensor_parallel.ColumnParallelLinear(hidden, 3 * self.local_hidden)
+        self.proj = tensor_parallel.RowParallelLinear(self.local_hidden, hidden)
 
     def forward(self, x):
         batch, seq, _ = x.shape
@@ -84,10 +84,10 @@ class Attention(nn.Module):
 
 def parallel_ffn(hidden, width):
     """h -> width -> h, tensor-parallel: this rank's width / T."""
-    T = megatron.groups().T
-    return nn.Sequential(megatron.ColumnParallelLinear(hidden, width // T),
+    T = tensor_parallel.groups().T
+    return nn.Sequential(tensor_parallel.ColumnParallelLinear(hidden, width // T),
                          nn.GELU(approximate="tanh"),
-                         megatron.RowParallelLinear(width // T, hidden))
+                         tensor_parallel.RowParallelLinear(width // T, hidden))
 
 
 def whole_ffn(hidden, width):
@@ -148,7 +148,7 @@ class GptTed(nn.Module):
         h, vocab = m["hidden"], m["vocab"]
         self.tied, self.experts = tied, experts
         if tied:
-            self.tok_emb = megatron.VocabParallelEmbedding(vocab, h)
+            self.tok_emb = tensor_parallel.VocabParallelEmbedding(vocab, h)
         else:
             self.tok_emb = nn.Embedding(vocab, h)
         self.pos_emb = nn.Embedding(m["seq_len"], h)
@@ -167,7 +167,7 @@ class GptTed(nn.Module):
             if experts == "whole" or name.endswith((".0.weight", ".0.bias", ".2.weight")):
                 # Whole experts differ between the tensor ranks too (DeepSpeed's expert groups
                 # are consecutive ranks): each rank's count in the norm.
-                megatron.mark_tensor_parallel(p)
+                tensor_parallel.mark_tensor_parallel(p)
 
     def use_dropout_keys(self, keys):
         """Our dropout masks from now on (dropout_masks.DropoutKeys, moved to each micro-batch by
@@ -191,8 +191,8 @@ class GptTed(nn.Module):
             aux = aux + layer_aux
         y = self.lnf(x).reshape(-1, x.shape[-1])
         if self.tied:
-            logits = F.linear(megatron.copy_to_tensor(y), self.tok_emb.weight)
-            lm = megatron.vocab_parallel_cross_entropy(logits, targets.reshape(-1),
+            logits = F.linear(tensor_parallel.copy_to_tensor(y), self.tok_emb.weight)
+            lm = tensor_parallel.vocab_parallel_cross_entropy(logits, targets.reshape(-1),
                                                        self.tok_emb.first)
         else:
             logits = self.lm_head(y)

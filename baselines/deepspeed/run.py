@@ -464,7 +464,7 @@ class Run:
         for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
             for kind in ("tensor", "expert", "expert_data", "nonexpert_data"):
                 columns[f"{op}_{kind}_bytes"] = self.step_ledger.get((op, kind), 0)
-            # ours keeps its control scalars off the ledger (megatron.Ledger.record)
+            # ours keeps its control scalars off the ledger (tensor_parallel.Ledger.record)
             columns[f"{op}_bytes"] = sum(v for (o, k), v in self.step_ledger.items()
                                          if o == op and k != "control")
         return columns
