@@ -35,6 +35,11 @@ indexed_dataset = gpt_moe.megatron_core_indexed_dataset()
 IndexedDataset, IndexedDatasetBuilder = indexed_dataset.IndexedDataset, \
     indexed_dataset.IndexedDatasetBuilder
 
+# The datasets the C++ reader's test writes (documents of several sequences, empty ones, both of
+# the builder's ways), written the same way here.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from megatron_data_check import build  # noqa: E402
+
 failures = 0
 
 
@@ -42,24 +47,6 @@ def report(ok, text):
     global failures
     failures += not ok
     print(f"{'ok  ' if ok else 'FAIL'}  {text}", flush=True)
-
-
-def build(prefix, dtype, vocab, seed, documents):
-    """Documents of 0 to 3 sequences of 0 to 44 tokens, document 5 empty; a third of them added
-    whole (add_document), the rest item by item (add_item, end_document)."""
-    import torch
-    rng = numpy.random.default_rng(seed)
-    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
-    for d in range(documents):
-        lengths = [] if d == 5 else [int(n) for n in rng.integers(0, 45, int(rng.integers(1, 4)))]
-        ids = [torch.tensor(rng.integers(0, vocab, n), dtype=torch.int64) for n in lengths]
-        if d % 3 == 0 and lengths:
-            builder.add_document(torch.cat(ids), lengths)
-        else:
-            for item in ids:
-                builder.add_item(item)
-            builder.end_document()
-    builder.finalize(f"{prefix}.idx")
 
 
 def stream(prefix, first, end):
