@@ -17,20 +17,8 @@
 #   deepspeed_ted.sh <source dir> <build dir> <work dir> <mpiexec>
 set -euo pipefail
 source_dir=$1 build=$2 work=$3 mpiexec=$4
-if [ -n "${TED_SKIP_DEEPSPEED:-}" ]; then
-  echo "SKIPPED: TED_SKIP_DEEPSPEED is set: the DeepSpeed environment is not installed"
-  exit 77
-fi
 start=$(date +%s)
-rc=0
-venv=$("$source_dir/baselines/deepspeed/setup.sh" | tail -1) || rc=$?
-if [ "$rc" = 3 ]; then
-  echo "SKIPPED: the package registry cannot be reached, so the DeepSpeed environment" \
-    "(baselines/deepspeed/requirements.txt) cannot be installed"
-  exit 77
-fi
-[ "$rc" = 0 ] || exit "$rc"
-echo "# environment ready in $(($(date +%s) - start)) s: $venv"
+source "$source_dir/tests/apps/deepspeed_env.sh"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$source_dir"
