@@ -1,14 +1,60 @@
 #include "ted/comm/mpi_communicator.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include <time.h>
+
 #include "ted/core/error.hpp"
 
 namespace ted {
+
+namespace {
+std::atomic<MpiWait> g_wait{MpiWait::spin};
+
+// Completes `request` as mpi_wait() says. Sleeping: MPI_Test in a tight loop for the first
+// 20 us (a peer that is running answers within them), then every 50 us with the core left
+// to others in between; 50 us is a small part of the time slices (milliseconds) that an
+// oversubscribed peer waits for its core, and the loop wakes that often to move MPI along.
+void complete(MPI_Request* request) {
+  if (g_wait.load(std::memory_order_relaxed) == MpiWait::spin) {
+    TED_CHECK_MPI(MPI_Wait(request, MPI_STATUS_IGNORE));
+    return;
+  }
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  for (;;) {
+    int done = 0;
+    TED_CHECK_MPI(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (clock::now() - start > std::chrono::microseconds(20)) {
+      timespec pause{0, 50000};
+      nanosleep(&pause, nullptr);
+    }
+  }
+}
+
+bool sleeping() {
+  return g_wait.load(std::memory_order_relaxed) == MpiWait::sleep;
+}
+}  // namespace
+
+void set_mpi_wait(MpiWait wait) {
+  g_wait.store(wait, std::memory_order_relaxed);
+}
+
+MpiWait mpi_wait() {
+  return g_wait.load(std::memory_order_relaxed);
+}
+
+const char* to_string(MpiWait wait) {
+  return wait == MpiWait::sleep ? "sleep" : "spin";
+}
 
 MpiSession::MpiSession(int* argc, char*** argv, int thread_level, bool start) {
   if (!start) return;
@@ -102,7 +148,7 @@ class MpiPendingRequest final : public PendingCollective {
   }
 
   void wait() override {
-    if (request_ != MPI_REQUEST_NULL) TED_CHECK_MPI(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+    if (request_ != MPI_REQUEST_NULL) complete(&request_);
   }
   void progress() override {
     if (request_ == MPI_REQUEST_NULL) return;
@@ -187,30 +233,59 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, GroupKi
 void MpiCommunicator::do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
                                     ReduceOp op) {
   const void* source = send == recv ? MPI_IN_PLACE : send;
-  TED_CHECK_MPI(MPI_Allreduce(source, recv, as_mpi_count(count, "all_reduce"), mpi_datatype(dtype),
-                              mpi_reduce_op(op, dtype), comm_));
+  const int n = as_mpi_count(count, "all_reduce");
+  if (!sleeping()) {
+    TED_CHECK_MPI(
+        MPI_Allreduce(source, recv, n, mpi_datatype(dtype), mpi_reduce_op(op, dtype), comm_));
+    return;
+  }
+  MPI_Request request;
+  TED_CHECK_MPI(MPI_Iallreduce(source, recv, n, mpi_datatype(dtype), mpi_reduce_op(op, dtype),
+                               comm_, &request));
+  complete(&request);
 }
 
 void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count,
                                     DataType dtype) {
   int n = as_mpi_count(count, "all_gather");
   as_mpi_count(count * static_cast<std::size_t>(size()), "all_gather");
-  TED_CHECK_MPI(MPI_Allgather(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_));
+  if (!sleeping()) {
+    TED_CHECK_MPI(MPI_Allgather(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_));
+    return;
+  }
+  MPI_Request request;
+  TED_CHECK_MPI(
+      MPI_Iallgather(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_, &request));
+  complete(&request);
 }
 
 void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count,
                                         DataType dtype) {
   int n = as_mpi_count(count, "reduce_scatter");
   as_mpi_count(count * static_cast<std::size_t>(size()), "reduce_scatter");
-  TED_CHECK_MPI(MPI_Reduce_scatter_block(send, recv, n, mpi_datatype(dtype),
-                                         mpi_reduce_op(ReduceOp::sum, dtype), comm_));
+  if (!sleeping()) {
+    TED_CHECK_MPI(MPI_Reduce_scatter_block(send, recv, n, mpi_datatype(dtype),
+                                           mpi_reduce_op(ReduceOp::sum, dtype), comm_));
+    return;
+  }
+  MPI_Request request;
+  TED_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, n, mpi_datatype(dtype),
+                                          mpi_reduce_op(ReduceOp::sum, dtype), comm_, &request));
+  complete(&request);
 }
 
 void MpiCommunicator::do_all_to_all(const void* send, void* recv, std::size_t count,
                                     DataType dtype) {
   int n = as_mpi_count(count, "all_to_all");
   as_mpi_count(count * static_cast<std::size_t>(size()), "all_to_all");
-  TED_CHECK_MPI(MPI_Alltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_));
+  if (!sleeping()) {
+    TED_CHECK_MPI(MPI_Alltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_));
+    return;
+  }
+  MPI_Request request;
+  TED_CHECK_MPI(
+      MPI_Ialltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_, &request));
+  complete(&request);
 }
 
 std::unique_ptr<PendingCollective> MpiCommunicator::do_all_to_all_start(const void* send,
@@ -240,17 +315,37 @@ void MpiCommunicator::do_all_to_all_v(const void* send, std::span<const std::siz
     send_offset += send_counts[p];
     recv_offset += recv_counts[p];
   }
-  TED_CHECK_MPI(MPI_Alltoallv(send, send_n.data(), send_displ.data(), mpi_datatype(dtype), recv,
-                              recv_n.data(), recv_displ.data(), mpi_datatype(dtype), comm_));
+  if (!sleeping()) {
+    TED_CHECK_MPI(MPI_Alltoallv(send, send_n.data(), send_displ.data(), mpi_datatype(dtype), recv,
+                                recv_n.data(), recv_displ.data(), mpi_datatype(dtype), comm_));
+    return;
+  }
+  MPI_Request request;
+  TED_CHECK_MPI(MPI_Ialltoallv(send, send_n.data(), send_displ.data(), mpi_datatype(dtype), recv,
+                               recv_n.data(), recv_displ.data(), mpi_datatype(dtype), comm_,
+                               &request));
+  complete(&request);
 }
 
 void MpiCommunicator::do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) {
-  TED_CHECK_MPI(
-      MPI_Bcast(buffer, as_mpi_count(count, "broadcast"), mpi_datatype(dtype), root, comm_));
+  const int n = as_mpi_count(count, "broadcast");
+  if (!sleeping()) {
+    TED_CHECK_MPI(MPI_Bcast(buffer, n, mpi_datatype(dtype), root, comm_));
+    return;
+  }
+  MPI_Request request;
+  TED_CHECK_MPI(MPI_Ibcast(buffer, n, mpi_datatype(dtype), root, comm_, &request));
+  complete(&request);
 }
 
 void MpiCommunicator::do_barrier() {
-  TED_CHECK_MPI(MPI_Barrier(comm_));
+  if (!sleeping()) {
+    TED_CHECK_MPI(MPI_Barrier(comm_));
+    return;
+  }
+  MPI_Request request;
+  TED_CHECK_MPI(MPI_Ibarrier(comm_, &request));
+  complete(&request);
 }
 
 }  // namespace ted

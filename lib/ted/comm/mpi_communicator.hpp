@@ -28,6 +28,18 @@ class MpiSession {
   int world_size_ = 1;
 };
 
+// How a rank waits in a collective its peers have not reached yet. spin: MPI's blocking calls,
+// which poll the shared-memory transport and hold the core. sleep: the nonblocking call, tested
+// in a loop that sleeps between tests once the first microseconds have passed, so that a waiting
+// rank gives its core to the rank it waits for when the ranks outnumber the cores (a spinning
+// waiter takes half the core of a late peer, and books the delay it causes as communication).
+// The same algorithms' results either way up to the order of a reduction's additions. One
+// setting for the process: the experiments choose it before the first step (run.wait).
+enum class MpiWait { spin, sleep };
+void set_mpi_wait(MpiWait wait);
+MpiWait mpi_wait();
+const char* to_string(MpiWait wait);
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (freed on destruction).
