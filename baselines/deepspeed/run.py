@@ -76,7 +76,7 @@ EXPERIMENT_COLUMNS = (
     "expert_load_mean,expert_load_min,rank_load_max,rank_load_mean,dropped_fraction,"
     "all_to_all_rank_bytes_max,all_to_all_rank_bytes_mean,straggler_rank,straggler_time_ms,"
     "straggler_compute_ms,straggler_comm_ms,straggler_all_to_all_ms,rank_compute_ms_mean,blas,"
-    "blas_kernel"
+    "blas_kernel,round,rounds,wait,others_cpu_pct,steal_pct,round_spread_pct,disturbed"
 ).split(",")
 _LEDGER = [f"{op}_{group}_bytes" for op in ("all_reduce", "all_gather", "reduce_scatter",
                                             "all_to_all")

@@ -48,7 +48,8 @@ DEFAULTS = {
                  "reduce_scatter": False, "zero1": True, "tile_elems": 0, "split_experts": True,
                  "overlap": 1},
     "run": {"backend": "cpu", "dtype": "fp32", "comm": "mpi", "loss_scale": 65536.0,
-            "loss_scale_window": 1000, "cluster": "", "warmup": 1, "iters": 5, "csv": ""},
+            "loss_scale_window": 1000, "cluster": "", "warmup": 1, "iters": 5, "csv": "",
+            "rounds": 1, "wait": "auto"},
     "layout": {"tp": 1, "ep": 1, "dp": 0},
     "sweep": {k: [] for k in ("ranks", "tp", "ep", "hidden", "heads", "layers", "experts",
                               "global_batch", "tile")},
@@ -252,6 +253,12 @@ def _validate(cfg):
                           f"({r['dtype']}), got '{grad_dtype}'")
     if r["warmup"] < 0 or r["iters"] < 0:
         raise ConfigError("run.warmup and run.iters must not be negative")
+    # Ours time in interleaved rounds and choose how ranks wait (lib/ted/experiments/rounds.hpp);
+    # DeepSpeed's points run once each, its ranks wait as torch.distributed does.
+    if not 1 <= r["rounds"] <= 1000:
+        raise ConfigError(f"run.rounds must be in [1, 1000], got {r['rounds']}")
+    if r["wait"] not in ("auto", "spin", "sleep"):
+        raise ConfigError(f"run.wait must be auto, spin or sleep, got '{r['wait']}'")
     try:
         ted_workload.validate(cfg["routing"], m["experts"], g["top_k"])
     except ted_workload.WorkloadError as error:

@@ -108,12 +108,13 @@ fi
 # the ranks per core of this launch and one run id, and an oversubscribed launch says so; the
 # straggler's columns add up.
 if ranks 4 ted_ablation -c "$ablation" --set systems=ted-baseline,ted --set run.warmup=0 \
-  --iters 2 --csv "$scratch/timed.csv" >"$scratch/timed.out" 2>&1 &&
+  --iters 2 --rounds 2 --csv "$scratch/timed.csv" >"$scratch/timed.out" 2>&1 &&
   /usr/bin/python3 - "$scratch/timed.csv" "$scratch/timed.out" <<'PY'; then
 import csv, os, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 out = open(sys.argv[2]).read()
-assert len(rows) == 2, rows
+# two rounds of the two systems, then a summary row each (the split of the pooled rows adds up too)
+assert len(rows) == 6 and [r["round"] for r in rows] == ["1", "1", "2", "2", "", ""], rows
 assert len({r["run_id"] for r in rows}) == 1 and rows[0]["run_id"], [r["run_id"] for r in rows]
 per_core = 4 / len(os.sched_getaffinity(0))  # all 4 ranks run on this node
 for r in rows:

@@ -7,6 +7,9 @@ const std::vector<KeyOption>& key_options() {
   static const std::vector<KeyOption> table = {
       {"--steps", "training.steps", "optimizer steps (training.steps)", T, "INT"},
       {"--iters", "run.iters", "timed iterations (run.iters; 0: one untimed step)", X, "INT"},
+      {"--rounds", "run.rounds",
+       "interleaved rounds: every point timed once per round, the order rotated (run.rounds)", X,
+       "INT"},
       {"--csv", "training.csv", "CSV path (training.csv; default results/local/train/<config>.csv)",
        T},
       {"--csv", "run.csv",

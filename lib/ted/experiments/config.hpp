@@ -4,7 +4,12 @@
 //   experiment: ablation | weak_scaling | strong_scaling | memory | convergence   (must match the
 //               program)
 //   model, gating, optimizer, data: as the training driver (lib/ted/train/train_config.hpp)
-//   run:     warmup iters csv, and as the training driver: backend (cpu | cuda),
+//   run:     warmup iters csv; rounds (the points timed in interleaved rounds, each round
+//            running every point once with its warm-up and iters, the order rotated by one
+//            each round: a disturbance of the machine lasting seconds lands on every system
+//            alike; every round is a row); wait (auto | spin | sleep: how a rank waits in a
+//            collective, comm/mpi_communicator.hpp MpiWait; auto: sleep when the CPU ranks
+//            outnumber their cores); and as the training driver: backend (cpu | cuda),
 //            dtype (fp32 | bf16 | fp16), comm (mpi | nccl), loss_scale, loss_scale_window
 //   layout:  tp ep dp                    the layout of ablation and memory
 //   systems: [ted-baseline, ted+dtd, ...] (see parse_system)
@@ -37,7 +42,9 @@ struct ExperimentConfig {
   train::TrainConfig train;  // model, gating, optimizer, data, run (train.steps is unused)
   int warmup = 1;
   int iters = 5;
-  std::string backend;  // the rows' backend column: run.backend, plus what runs it (emulated)
+  int rounds = 1;
+  std::string wait = "auto";  // auto | spin | sleep
+  std::string backend;        // the rows' backend column: run.backend, plus what runs it (emulated)
   std::string csv;
   int tp = 1, ep = 1, dp = 0;
   std::vector<std::string> systems;

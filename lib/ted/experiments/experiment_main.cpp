@@ -17,6 +17,7 @@
 #include "ted/core/git_revision.hpp"
 #include "ted/core/system.hpp"
 #include "ted/core/units.hpp"
+#include "ted/experiments/rounds.hpp"
 #include "ted/kernels/cpu/blas.hpp"
 #include "ted/model/gpt.hpp"
 #include "ted/projection/fit.hpp"
@@ -146,6 +147,10 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
           config.csv = "results/local/" + experiment + "/" +
                        std::filesystem::path(config_path).stem().string() + ".csv";
         const std::string where = config_origin(config_path, overrides);
+        if (trained && config.rounds > 1)
+          throw ConfigError(config_origin(config_path, overrides, "run.rounds") +
+                            ": key 'run.rounds' must be 1 for ted_" + experiment +
+                            ": its points train rather than being timed");
         const bool rank0 = mpi.world_rank() == 0;
         auto check_output = [&] {  // after the inputs: their errors come first
           try {
@@ -199,30 +204,18 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
         const std::string command = command_line(argc, argv);
         std::vector<Result> results;
         std::size_t written = 0;
-        for (std::size_t i = 0; i < plan.points.size(); ++i) {
-          const Point& point = plan.points[i];
-          if (trained) {  // the point's rows are appended by its run
+        if (trained) {
+          for (std::size_t i = 0; i < plan.points.size(); ++i) {  // each run appends its rows
+            const Point& point = plan.points[i];
             if (verdicts[i].empty())
               written += trained->run(point, config, command);
             else if (rank0)
               std::printf("# %s %s: not run: does not fit: %s\n", point.system.name.c_str(),
                           point.layout.to_string().c_str(), verdicts[i].c_str());
-            continue;
           }
-          if (verdicts[i].empty()) {
-            results.push_back(measure(point, *world, config.warmup, config.iters));
-          } else {  // never allocated: a row saying it does not fit, and the sweep goes on
-            results.emplace_back();
-            results.back().status = "not run: does not fit: " + verdicts[i];
-          }
-          if (!rank0) continue;
-          // Each row is in the CSV as soon as it is measured: a run that dies later keeps it.
-          CsvTable row = result_table();
-          add_result(row, config, point, results.back(), command);
-          append_rows(row, config.csv);
-          ++written;
-          print_progress(static_cast<int>(i), static_cast<int>(plan.points.size()), point,
-                         results.back());
+        } else {
+          set_mpi_wait(choose_wait(config, world->native_handle()));
+          results = measure_rounds(plan, verdicts, config, *world, command, &written);
         }
         if (rank0 && written == 0) std::printf("# nothing measured: no CSV written\n");
         if (rank0 && written > 0) {

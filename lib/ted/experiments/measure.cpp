@@ -22,9 +22,8 @@ constexpr CollectiveOp kOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_ga
 // The result's per-kind columns, in their order.
 constexpr CollectiveOp kReportedOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_to_all,
                                           CollectiveOp::all_gather, CollectiveOp::reduce_scatter};
+}  // namespace
 
-// The most ranks of `comm` on one node per CPU they may run on (the union of their affinity
-// masks). Above 1 the OS time-slices the ranks. Collective over `comm`.
 double ranks_per_core(MPI_Comm comm) {
   MPI_Comm node;
   TED_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
@@ -41,6 +40,8 @@ double ranks_per_core(MPI_Comm comm) {
   TED_CHECK_MPI(MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, comm));
   return most;
 }
+
+namespace {
 
 // The measured steps' routing, summed step by step (Result::expert_load_max and the rest).
 struct RoutingTally {
@@ -205,6 +206,7 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
     if (point.train.run.backend == DeviceKind::cpu)
       result.ranks_per_core = ranks_per_core(host->native_handle());
     if (!times.empty()) {
+      result.iteration_ms = times;
       split_time(times, comms, op_times, &result);
       const Straggler& s = stragglers[median_iteration(times)];
       result.straggler_rank = s.rank;

@@ -2,6 +2,8 @@
 // kind, ledger bytes, allocator peaks and the final loss.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,11 +71,30 @@ struct Result {
   int straggler_rank = -1;
   double straggler_time_ms = 0, straggler_compute_ms = 0, straggler_comm_ms = 0;
   double straggler_all_to_all_ms = 0, rank_compute_ms_mean = 0;
+  // The timed iterations' step times (ms), in order: what the rounds pool (experiment_main).
+  std::vector<double> iteration_ms;
+  // Interleaved rounds (run.rounds): the round of this row, 1 .. rounds; 0 on a point's
+  // summary row, which pools its rounds' iterations. round_spread_percent: the summary row's
+  // (largest - smallest) / median of its rounds' medians.
+  int round = 0;
+  int rounds = 1;
+  double round_spread_percent = 0;
+  // What else used the cores while it was timed (disturbance.hpp), over this row's window: a
+  // round's own, the summary row's the largest of its rounds'. disturbed: a round row's
+  // others or steal above the limits; the summary rows': the run's verdict, the same on each.
+  double others_percent = 0, steal_percent = 0;
+  bool machine_known = false;
+  bool disturbed = false;
+  std::string wait;  // how ranks waited in collectives: spin or sleep (MpiWait)
   // "measured", "projected", "projected: does not fit: ..." (the projection still gives the
   // time), or "not run: does not fit: ..." (a measured sweep never allocates such a point)
   std::string status = "measured";
   bool ran() const { return status.rfind("not run", 0) != 0; }  // measured or projected
 };
+
+// The most ranks of `comm` on one node per CPU they may run on (the union of their affinity
+// masks). Above 1 the OS time-slices the ranks. Collective over `comm`.
+double ranks_per_core(MPI_Comm comm);
 
 // The iteration split_time takes its split from: the lower middle one by time.
 std::size_t median_iteration(const std::vector<double>& times);

@@ -156,6 +156,25 @@ CsvColumns<ResultRow> make_columns() {
   // depend on them. Empty in a projected row (nothing ran).
   c.add("blas", [](R x) { return or_empty(ran(x), CsvField(kernels::cpu::blas_name())); });
   c.add("blas_kernel", [](R x) { return or_empty(ran(x), CsvField(kernels::cpu::blas_kernel())); });
+  // Interleaved rounds and the machine's disturbance (issue 51; measure.hpp, disturbance.hpp):
+  // a round row's round (empty on a point's summary row), how many, how ranks waited in
+  // collectives, what else used the cores, the summary row's spread of its rounds' medians,
+  // and the verdict. Empty where nothing was timed here (projected or not-run rows).
+  auto timed = [](R x) { return ran(x) && x.result.ran() && x.result.time_ms.median > 0; };
+  c.add("round", [](R x) { return or_empty(x.result.round > 0, ll(x.result.round)); });
+  c.add("rounds", [timed](R x) { return or_empty(timed(x), ll(x.result.rounds)); });
+  c.add("wait", [timed](R x) { return or_empty(timed(x), CsvField(std::string(x.result.wait))); });
+  c.add("others_cpu_pct", [timed](R x) {
+    return or_empty(timed(x) && x.result.machine_known, x.result.others_percent);
+  });
+  c.add("steal_pct", [timed](R x) {
+    return or_empty(timed(x) && x.result.machine_known, x.result.steal_percent);
+  });
+  c.add("round_spread_pct", [timed](R x) {
+    return or_empty(timed(x) && x.result.round == 0 && x.result.rounds > 1,
+                    x.result.round_spread_percent);
+  });
+  c.add("disturbed", [timed](R x) { return or_empty(timed(x), ll(x.result.disturbed)); });
   return c;
 }
 

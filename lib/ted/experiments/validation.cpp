@@ -53,6 +53,7 @@ std::vector<MeasuredRow> rows_to_validate(const std::vector<MeasuredRow>& rows,
   std::vector<const MeasuredRow*> timed;
   for (const auto& row : rows) {
     if (std::stod(row.at("time_ms_median")) <= 0) continue;  // correctness-only rows
+    if (!field(row, "round").empty()) continue;  // one round of several: its summary row counts
     timed.push_back(&row);
     const std::string id = field(row, "run_id");
     if (std::find(runs.begin(), runs.end(), id) == runs.end()) runs.push_back(id);
