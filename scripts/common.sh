@@ -180,9 +180,21 @@ ted_run_experiment() {  # <a name of experiments/registry.txt> [topology.yaml]
     OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 mpirun -n 4 --oversubscribe "${program[@]}"
   fi
   # The DeepSpeed baseline's rows (baselines/deepspeed/launch.sh), where measured, beside ours.
-  local baseline=() deepspeed=$results/$name/deepspeed_$tag.csv
-  [ -f "$deepspeed" ] && baseline=("$deepspeed")
-  /usr/bin/python3 "$plot" "$csv" "${baseline[@]}" "$figure"
+  local extra=() deepspeed=$results/$name/deepspeed_$tag.csv
+  [ -f "$deepspeed" ] && extra=("$deepspeed")
+  # The ablation's figure also shows the same points projected on the model calibrated on this
+  # machine (TED_CLUSTER, default the committed experiments/clusters/cpu.yaml; the main job
+  # calibrates anew) and the paper's ablation projected on its cluster (plot_ablation.py).
+  if [ "$name" = ablation ] && [ -z "$topology" ]; then
+    local here=$results/$name/projected_here_$tag.csv paper=$results/$name/projected_paper.csv
+    rm -f "$here" "$paper" "$paper.assumptions.txt"  # regenerated whole: the programs append
+    "$TED_BUILD/apps/ted_project" validate -c "experiments/$name/cpu.yaml" \
+      --cluster "${TED_CLUSTER:-experiments/clusters/cpu.yaml}" --measured "$csv" --csv "$here"
+    "$TED_BUILD/apps/ted_project" experiment -c "experiments/$name/paper.yaml" --csv "$paper" \
+      >/dev/null
+    extra+=("$here" "$paper")
+  fi
+  /usr/bin/python3 "$plot" "$csv" "${extra[@]}" "$figure"
   echo "== CSV:    $TED_ROOT/$csv"
   echo "== figure: $TED_ROOT/$figure (and .pdf)"
 }

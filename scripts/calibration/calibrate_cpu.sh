@@ -6,10 +6,13 @@
 # projection counts (bench_machine);
 # and the collectives' latency and bandwidth between 4 ranks (ted_collbench all-reduce and
 # all-to-all, fitted as time = latency + bus bytes / bandwidth). 4 ranks share the cores.
-#   ./scripts/calibration/calibrate_cpu.sh
+# Another path for the file: the first argument (the main job writes results/local/clusters/).
+#   ./scripts/calibration/calibrate_cpu.sh [cluster.yaml]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 ted_prepare
+out=${1:-experiments/clusters/cpu.yaml}
+mkdir -p "$(dirname "$out")"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "== compute: bench_machine, one thread"
@@ -30,7 +33,7 @@ flops=$(rate cpu_ffn GFLOP/s 1e9)
 peak=$(/usr/bin/python3 -c "import sys; print('%.4g' % max(float(sys.argv[1]), float(sys.argv[2])))" "$peak" "$flops")
 bytes=$(rate cpu_block GB/s 1e9)
 read -r bandwidth latency < <(/usr/bin/python3 scripts/calibration/fit_links.py "$work"/all_reduce.csv "$work"/all_to_all.csv)
-cat >experiments/clusters/cpu.yaml <<YAML
+cat >"$out.tmp" <<YAML
 # This machine, measured by scripts/calibration/calibrate_cpu.sh: 4 MPI ranks on $(nproc) cores (one node).
 name: cpu
 device: cpu-core
@@ -58,5 +61,6 @@ inter:
   device_bandwidth: $bandwidth
 source: measured here by scripts/calibration/calibrate_cpu.sh
 YAML
-echo "== wrote experiments/clusters/cpu.yaml"
-cat experiments/clusters/cpu.yaml
+mv "$out.tmp" "$out"
+echo "== wrote $out"
+cat "$out"
