@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/test_env.hpp"
+#include "ted/comm/mpi_communicator.hpp"
 #include "ted/comm/staged_mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/grid/ted_groups.hpp"
@@ -407,6 +408,27 @@ TEST_CASE("every collective on every group kind of every layout, checked element
       }
     }
   }
+}
+
+TEST_CASE(
+    "collectives that wait sleeping (MpiWait::sleep, as oversubscribed experiments run) give "
+    "the same elements") {
+  auto& world = ted::test::world();
+  ted::set_mpi_wait(ted::MpiWait::sleep);
+  const auto layouts = ted::all_layouts(world.size());
+  ted::ProcessGrid grid(world.size(), layouts.back());
+  ted::TedGroups groups(ted::test::control(), world, grid);
+  for (GroupKind kind : kGroups)
+    for (DataType dtype : kTypes)
+      for (std::size_t chunk : kChunks) {
+        INFO(layouts.back().to_string()
+             << ", " << ted::to_string(kind) << " group, " << ted::to_string(dtype) << ", chunk "
+             << chunk << ", rank " << world.rank());
+        exercise(groups.group(kind), dtype, chunk);
+      }
+  for (std::size_t chunk : kStartedChunks) exercise_started_all_to_all(world, DataType::f32, chunk);
+  world.barrier();
+  ted::set_mpi_wait(ted::MpiWait::spin);
 }
 
 TEST_CASE("max and min reductions") {

@@ -39,8 +39,17 @@ void complete(MPI_Request* request) {
   }
 }
 
-bool sleeping() {
-  return g_wait.load(std::memory_order_relaxed) == MpiWait::sleep;
+// A collective as mpi_wait() says: `blocking` when spinning; else `start`, its nonblocking form
+// given the request to fill, completed by complete().
+template <class Blocking, class Start>
+void collective(Blocking blocking, Start start) {
+  if (g_wait.load(std::memory_order_relaxed) == MpiWait::spin) {
+    blocking();
+    return;
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  start(&request);
+  complete(&request);
 }
 }  // namespace
 
@@ -234,58 +243,60 @@ void MpiCommunicator::do_all_reduce(const void* send, void* recv, std::size_t co
                                     ReduceOp op) {
   const void* source = send == recv ? MPI_IN_PLACE : send;
   const int n = as_mpi_count(count, "all_reduce");
-  if (!sleeping()) {
-    TED_CHECK_MPI(
-        MPI_Allreduce(source, recv, n, mpi_datatype(dtype), mpi_reduce_op(op, dtype), comm_));
-    return;
-  }
-  MPI_Request request;
-  TED_CHECK_MPI(MPI_Iallreduce(source, recv, n, mpi_datatype(dtype), mpi_reduce_op(op, dtype),
-                               comm_, &request));
-  complete(&request);
+  collective(
+      [&] {
+        TED_CHECK_MPI(
+            MPI_Allreduce(source, recv, n, mpi_datatype(dtype), mpi_reduce_op(op, dtype), comm_));
+      },
+      [&](MPI_Request* r) {
+        TED_CHECK_MPI(MPI_Iallreduce(source, recv, n, mpi_datatype(dtype), mpi_reduce_op(op, dtype),
+                                     comm_, r));
+      });
 }
 
 void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count,
                                     DataType dtype) {
   int n = as_mpi_count(count, "all_gather");
   as_mpi_count(count * static_cast<std::size_t>(size()), "all_gather");
-  if (!sleeping()) {
-    TED_CHECK_MPI(MPI_Allgather(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_));
-    return;
-  }
-  MPI_Request request;
-  TED_CHECK_MPI(
-      MPI_Iallgather(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_, &request));
-  complete(&request);
+  collective(
+      [&] {
+        TED_CHECK_MPI(
+            MPI_Allgather(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_));
+      },
+      [&](MPI_Request* r) {
+        TED_CHECK_MPI(
+            MPI_Iallgather(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_, r));
+      });
 }
 
 void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count,
                                         DataType dtype) {
   int n = as_mpi_count(count, "reduce_scatter");
   as_mpi_count(count * static_cast<std::size_t>(size()), "reduce_scatter");
-  if (!sleeping()) {
-    TED_CHECK_MPI(MPI_Reduce_scatter_block(send, recv, n, mpi_datatype(dtype),
-                                           mpi_reduce_op(ReduceOp::sum, dtype), comm_));
-    return;
-  }
-  MPI_Request request;
-  TED_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, n, mpi_datatype(dtype),
-                                          mpi_reduce_op(ReduceOp::sum, dtype), comm_, &request));
-  complete(&request);
+  collective(
+      [&] {
+        TED_CHECK_MPI(MPI_Reduce_scatter_block(send, recv, n, mpi_datatype(dtype),
+                                               mpi_reduce_op(ReduceOp::sum, dtype), comm_));
+      },
+      [&](MPI_Request* r) {
+        TED_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, n, mpi_datatype(dtype),
+                                                mpi_reduce_op(ReduceOp::sum, dtype), comm_, r));
+      });
 }
 
 void MpiCommunicator::do_all_to_all(const void* send, void* recv, std::size_t count,
                                     DataType dtype) {
   int n = as_mpi_count(count, "all_to_all");
   as_mpi_count(count * static_cast<std::size_t>(size()), "all_to_all");
-  if (!sleeping()) {
-    TED_CHECK_MPI(MPI_Alltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_));
-    return;
-  }
-  MPI_Request request;
-  TED_CHECK_MPI(
-      MPI_Ialltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_, &request));
-  complete(&request);
+  collective(
+      [&] {
+        TED_CHECK_MPI(
+            MPI_Alltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_));
+      },
+      [&](MPI_Request* r) {
+        TED_CHECK_MPI(
+            MPI_Ialltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_, r));
+      });
 }
 
 std::unique_ptr<PendingCollective> MpiCommunicator::do_all_to_all_start(const void* send,
@@ -315,37 +326,30 @@ void MpiCommunicator::do_all_to_all_v(const void* send, std::span<const std::siz
     send_offset += send_counts[p];
     recv_offset += recv_counts[p];
   }
-  if (!sleeping()) {
-    TED_CHECK_MPI(MPI_Alltoallv(send, send_n.data(), send_displ.data(), mpi_datatype(dtype), recv,
-                                recv_n.data(), recv_displ.data(), mpi_datatype(dtype), comm_));
-    return;
-  }
-  MPI_Request request;
-  TED_CHECK_MPI(MPI_Ialltoallv(send, send_n.data(), send_displ.data(), mpi_datatype(dtype), recv,
-                               recv_n.data(), recv_displ.data(), mpi_datatype(dtype), comm_,
-                               &request));
-  complete(&request);
+  collective(
+      [&] {
+        TED_CHECK_MPI(MPI_Alltoallv(send, send_n.data(), send_displ.data(), mpi_datatype(dtype),
+                                    recv, recv_n.data(), recv_displ.data(), mpi_datatype(dtype),
+                                    comm_));
+      },
+      [&](MPI_Request* r) {
+        TED_CHECK_MPI(MPI_Ialltoallv(send, send_n.data(), send_displ.data(), mpi_datatype(dtype),
+                                     recv, recv_n.data(), recv_displ.data(), mpi_datatype(dtype),
+                                     comm_, r));
+      });
 }
 
 void MpiCommunicator::do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) {
   const int n = as_mpi_count(count, "broadcast");
-  if (!sleeping()) {
-    TED_CHECK_MPI(MPI_Bcast(buffer, n, mpi_datatype(dtype), root, comm_));
-    return;
-  }
-  MPI_Request request;
-  TED_CHECK_MPI(MPI_Ibcast(buffer, n, mpi_datatype(dtype), root, comm_, &request));
-  complete(&request);
+  collective([&] { TED_CHECK_MPI(MPI_Bcast(buffer, n, mpi_datatype(dtype), root, comm_)); },
+             [&](MPI_Request* r) {
+               TED_CHECK_MPI(MPI_Ibcast(buffer, n, mpi_datatype(dtype), root, comm_, r));
+             });
 }
 
 void MpiCommunicator::do_barrier() {
-  if (!sleeping()) {
-    TED_CHECK_MPI(MPI_Barrier(comm_));
-    return;
-  }
-  MPI_Request request;
-  TED_CHECK_MPI(MPI_Ibarrier(comm_, &request));
-  complete(&request);
+  collective([&] { TED_CHECK_MPI(MPI_Barrier(comm_)); },
+             [&](MPI_Request* r) { TED_CHECK_MPI(MPI_Ibarrier(comm_, r)); });
 }
 
 }  // namespace ted

@@ -4,11 +4,11 @@
 #include <chrono>
 
 #include <mpi.h>
-#include <sched.h>
 
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/parallel.hpp"
+#include "ted/experiments/disturbance.hpp"
 #include "ted/run/run.hpp"
 
 namespace ted::experiments {
@@ -29,14 +29,9 @@ double ranks_per_core(MPI_Comm comm) {
   TED_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int size = 1;
   MPI_Comm_size(node, &size);
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  if (sched_getaffinity(0, sizeof mask, &mask) != 0) CPU_SET(0, &mask);
-  cpu_set_t cpus;
-  TED_CHECK_MPI(
-      MPI_Allreduce(&mask, &cpus, static_cast<int>(sizeof mask), MPI_BYTE, MPI_BOR, node));
+  const auto cpus = static_cast<int>(node_cpus(node).size());
   MPI_Comm_free(&node);
-  double mine = static_cast<double>(size) / std::max(1, CPU_COUNT(&cpus)), most = 0;
+  double mine = static_cast<double>(size) / std::max(1, cpus), most = 0;
   TED_CHECK_MPI(MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, comm));
   return most;
 }
