@@ -319,7 +319,7 @@ def spike(inputs):
             axis.annotate("OOM", (i, int(r["peak_total_bytes"]) / 1e9), ha="center",
                           textcoords="offset points", xytext=(0, 4), fontweight="bold",
                           gid="oom|" + bar)
-        labels[i] = f'{bar}, Ep={r["Ep"]}\nspike {spike_bytes:.2f} GB'
+        labels[i] = f'{bar}, T={r["T"]} Ep={r["Ep"]}\nspike {spike_bytes:.2f} GB'
     budget = float(rows[0]["budget_bytes"]) / 1e9 if rows[0]["budget_bytes"] else None
     if budget:
         axis.axhline(budget, color="gray", linestyle="--", label=f"{budget:.1f} GB usable")

@@ -56,6 +56,8 @@ DEFAULTS = {
     "family": {"hidden": [], "heads": [], "layers": []},
     "memory": {"budget_bytes": 0},
     "largest": {"gpus": [], "max_tp": 8, "max_experts": 128},
+    # What ted_project counts for the MoE dispatch; a run is DeepSpeed's MOELayer whatever it says.
+    "projection": {"dispatch": "gather"},
 }
 TOP_LEVEL = {"experiment": "", "systems": []}
 # The experiments the DeepSpeed runner runs: those experiments/registry.txt marks deepspeed yes.
@@ -197,6 +199,9 @@ def _validate(cfg):
     if m["attention"] not in ("auto", "fused", "materialized"):
         raise ConfigError(f"model.attention must be auto, fused or materialized, got "
                           f"'{m['attention']}'")
+    if cfg["projection"]["dispatch"] not in ("gather", "einsum"):
+        raise ConfigError("projection.dispatch must be gather or einsum, got "
+                          f"'{cfg['projection']['dispatch']}'")
     if g["top_k"] not in (1, 2) or g["top_k"] > m["experts"]:
         raise ConfigError(f"gating.top_k must be 1 or 2 and at most model.experts, got "
                           f"{g['top_k']}")

@@ -108,3 +108,39 @@ TEST_CASE("% of peak: model FLOPs as Narayanan et al. count them") {
   CHECK(t.total() == Approx(t.gemm + t.memory_bound + t.optimizer + t.communication));
   CHECK(pj::step_flops(s) == Approx(narayanan + 2 * B * S * h * V));
 }
+
+TEST_CASE(
+    "einsum dispatch: DeepSpeed's one-hot matmuls added per MoE layer, on every tensor rank") {
+  pj::StepShape s;
+  s.model.vocab = 1024;
+  s.model.seq_len = 2048;
+  s.model.hidden = 1024;
+  s.model.heads = 16;
+  s.model.layers = 4;
+  s.model.gate.experts = 8;
+  s.model.gate.top_k = 1;
+  s.model.gate.capacity_factor = 1.0;
+  s.model.expert_interval = 2;  // 2 MoE layers
+  s.model.checkpoint = true;
+  s.micro_batch = 1;
+  s.micro_batches = 3;
+  s.dtype = ted::DataType::f16;
+  s.layout = {2, 8, 1};  // T = 2: the einsums run on every tensor rank over all N tokens
+  s.parallel.tp = 2;
+  s.parallel.ep = 8;
+  const auto c = gpu_cluster();
+  auto einsum = s;
+  einsum.einsum_dispatch = true;
+  // N = 2048 tokens, E x C = 8 x 256 = 2048 slots, h = 1024; forward (twice: the recompute)
+  // dispatch [EC, N] x [N, h] and combine [N, EC] x [EC, h]; backward three.
+  const double N = 2048, EC = 2048, h = 1024;
+  const double fwd = pj::gemm_time({EC, h, N}, c, 2) + pj::gemm_time({N, h, EC}, c, 2);
+  const double bwd = pj::gemm_time({N, h, EC}, c, 2) + pj::gemm_time({EC, h, N}, c, 2) +
+                     pj::gemm_time({N, EC, h}, c, 2);
+  CHECK(pj::gemm_seconds(einsum, c) - pj::gemm_seconds(s, c) ==
+        Approx(3 * 2 * (2 * fwd + bwd)).epsilon(1e-9));
+  // Its masks over [N, EC] replace the gather's copies as memory-bound passes: more bytes here.
+  CHECK(pj::memory_bound_bytes(einsum) > pj::memory_bound_bytes(s));
+  // The model FLOPs (pct_of_peak) do not count the dispatch.
+  CHECK(pj::model_flops(einsum) == Approx(pj::model_flops(s)));
+}

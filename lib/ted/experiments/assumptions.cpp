@@ -57,6 +57,13 @@ void write_assumptions(const std::string& csv, const projection::Cluster& c,
              "  master weights and Adam state");
   line("Gating: top-%d, capacity factor %.3g, min capacity %d, capacity from the formula.\n",
        m.gate.top_k, m.gate.capacity_factor, m.gate.min_capacity);
+  line("Dispatch (projection.dispatch): %s.\n",
+       config.dispatch == ExperimentConfig::Dispatch::einsum
+           ? "einsum, as DeepSpeed's MOELayer without Tutel (the paper's runs): per MoE\n"
+             "  layer on every tensor rank the GEMMs [E C, N] x [N, h] and [N, E C] x [E C, h]\n"
+             "  forward, three backward, and the gate's masks over [N, E C] as memory-bound passes"
+           : "gather, as the suite's model: tokens copied into the capacity buffer and the\n"
+             "  returned rows gathered back, memory-bound passes");
   text += memory;
   write_file_atomic(csv + ".assumptions.txt", text);
 }

@@ -40,6 +40,7 @@ ConfigSchema ExperimentConfig::schema() {
   s.add("largest.gpus", &largest_gpus);
   s.add("largest.max_tp", &largest_max_tp);
   s.add("largest.max_experts", &largest_max_experts);
+  s.add_enum("projection.dispatch", &dispatch, {"gather", "einsum"});
   return s;
 }
 

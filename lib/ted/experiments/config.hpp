@@ -27,6 +27,10 @@
 //   largest: gpus max_tp max_experts   the memory experiment's largest trainable model: for each
 //            GPU count and system, the family model x power-of-two experts (Ep = experts) x
 //            tensor degree with the most parameters whose projected peak fits budget_bytes
+//   projection: dispatch   the MoE dispatch and combine `ted_project` counts: gather (ours,
+//            what the suite's model runs; the default) or einsum (DeepSpeed's MOELayer without
+//            Tutel, as the paper ran it: one-hot matmuls over [tokens, experts x capacity],
+//            projection::StepShape::einsum_dispatch). Measured runs run ours whatever it says.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +61,7 @@ struct ExperimentConfig {
   int global_batch = 0;  // data.global_batch
   std::vector<int> largest_gpus;
   int largest_max_tp = 8, largest_max_experts = 128;
+  enum class Dispatch { gather, einsum } dispatch = Dispatch::gather;  // projection.dispatch
 
   ConfigSchema schema();
 };

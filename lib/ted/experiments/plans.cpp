@@ -14,6 +14,7 @@ Point make_point(const ExperimentConfig& config, const System& system, Layout la
                  const train::TrainConfig& base, int global_batch, const std::string& where) {
   Point p;
   p.system = system;
+  p.einsum_dispatch = config.dispatch == ExperimentConfig::Dispatch::einsum;
   if (!system.tensor_parallel) {  // DeepSpeed-MoE: the tensor ranks become data ranks
     layout.data *= layout.tensor;
     layout.tensor = 1;

@@ -17,9 +17,10 @@ namespace ted::experiments {
 struct Point {
   System system;
   Layout layout;
-  train::TrainConfig train;  // with parallel.* and model.checkpoint set for the system
-  std::string model_name;    // e.g. "h64-L4-E8"
-  std::int64_t budget = -1;  // memory experiment: the per-rank budget this point is judged by
+  train::TrainConfig train;      // with parallel.* and model.checkpoint set for the system
+  std::string model_name;        // e.g. "h64-L4-E8"
+  std::int64_t budget = -1;      // memory experiment: the per-rank budget this point is judged by
+  bool einsum_dispatch = false;  // projection.dispatch: einsum (the projection only)
 };
 // global_batch > 0: the point's data.micro_batches from the whole step's sequences (a
 // ConfigError naming `where` when they do not divide over its data-parallel ranks).

@@ -14,7 +14,9 @@ namespace ted::experiments {
 using namespace projection;
 
 StepShape shape_of(const Point& point) {
-  return projection::shape_of(point.train, point.layout);
+  StepShape s = projection::shape_of(point.train, point.layout);
+  s.einsum_dispatch = point.einsum_dispatch;
+  return s;
 }
 
 StepShape shape_of(const Point& point, const Cluster& cluster) {

@@ -88,6 +88,30 @@ double gemm_seconds(const StepShape& s, const Cluster& c) {
       const Dims d = dims_of(s);
       backward += s.model.layers * gemm_time({d.S, d.S, d.dh, d.B * d.Hl}, c, w);
     }
+    if (s.einsum_dispatch) {
+      // DeepSpeed's einsums on every tensor rank, over the micro-batch's N tokens and the
+      // E x C slots (the paper's capacity, not the rank's slice): dispatch "sec,sm->ecm" and
+      // combine "sec,ecm->sm" forward; backward the dispatch's input gradient (its mask takes
+      // none) and the combine's two (the expert output's, the gate weights').
+      // Under a forced workload at the loaded group's capacity of each layer.
+      const Dims d = dims_of(s);
+      for (int l = 0; l < s.model.layers; ++l) {
+        if (!s.model.is_moe(l)) continue;
+        const double slots =
+            load.forced
+                ? static_cast<double>(
+                      exchange_of(
+                          s,
+                          load.micro[static_cast<std::size_t>(micro)][static_cast<std::size_t>(l)]
+                              .capacity)
+                          .full_elements()) /
+                      d.h
+                : d.full / d.h;
+        forward += gemm_time({slots, d.h, d.N}, c, w) + gemm_time({d.N, d.h, slots}, c, w);
+        backward += gemm_time({d.N, d.h, slots}, c, w) + gemm_time({slots, d.h, d.N}, c, w) +
+                    gemm_time({d.N, slots, d.h}, c, w);
+      }
+    }
     step += backward + forward * forward_passes(s);
   }
   return load.forced ? step : step * s.micro_batches;
@@ -146,12 +170,23 @@ double memory_bound_bytes(const StepShape& s) {
         full /= s.micro_batches;
         hidden /= s.micro_batches;
       }
-      // Dispatch: tokens copied into the capacity buffer, the DTD slice and the all-gather's
-      // reordering, the return slice, and the combine reading the returned rows.
-      pass(1, 1, w * (d.N * d.K * d.h + full));
+      if (s.einsum_dispatch) {
+        // DeepSpeed's gating builds the masks over [N, E x C]: the fp32 combine weights
+        // written, read into the boolean dispatch mask (1 byte), both cast to the storage type
+        // for the einsums (gemm_seconds) | the weights' gradient cast back to fp32 and summed
+        // over the slots into the gates'. The einsums write the buffer and the combined rows.
+        const double sec = d.N * (full / d.h);
+        pass(1, 0, sec * (mw + (mw + 1) + (1 + w) + (mw + w)));
+        pass(0, 1, sec * ((w + mw) + mw));
+        pass(1, 1, w * X);  // the combined rows into the residual
+      } else {
+        // Dispatch: tokens copied into the capacity buffer, the DTD slice and the all-gather's
+        // reordering, the return slice, and the combine reading the returned rows.
+        pass(1, 1, w * (d.N * d.K * d.h + full));
+        pass(1, 1, w * (full + d.N * d.K * d.h + X));  // combine into the residual
+      }
       if (d.slicing) pass(4, 4, w * full);  // slice and rebuild, on both sides of the experts
       pass(2, 3, w * hidden);               // bias + GeLU inside the experts
-      pass(1, 1, w * (full + d.N * d.K * d.h + X));  // combine into the residual
     } else {
       pass(2, 3, w * d.N * d.fl);  // bias + GeLU
       pass(3, 3, w * X);           // bias + residual

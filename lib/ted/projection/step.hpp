@@ -47,6 +47,10 @@ struct StepShape {
   // backend, through Routing::kept) or computes every slot (the CUDA backend, DeepSpeed-MoE).
   std::int64_t routing_step = 0;
   bool skip_empty_slots = false;
+  // The MoE dispatch and combine as DeepSpeed's MOELayer runs them without Tutel (the paper's
+  // runs, docs/projection.md): dense matmuls with the one-hot masks [N, E x C] instead of our
+  // gather (time only, compute_time.cpp; the model runs the gather either way).
+  bool einsum_dispatch = false;
 };
 
 // The shape the models read, from a training config under `layout`.
