@@ -214,7 +214,8 @@ def draw(inputs):
     measured, validation, paper = sort_inputs(inputs)
     summaries = [r for r in measured if not r.get("round")]
     rows = latest(summaries, KEY)
-    rows = [r for r in rows if r["time_ms_median"]]  # points measured with timed iterations
+    # Points measured with timed iterations (correctness-only and not-run rows hold 0).
+    rows = [r for r in rows if float(r["time_ms_median"] or 0) > 0]
     if not rows:
         raise BadInput("no timed row to draw (a correctness-only run, --iters 0, times nothing)")
     panels = 1 + bool(validation) + bool(paper)

@@ -18,10 +18,15 @@ apps=$1 source_dir=$2 scratch=$3 mpiexec=$4
 rm -rf "$scratch" && mkdir -p "$scratch"
 cd "$source_dir"
 config=experiments/ablation/cpu.yaml
-ablation() {  # ablation <csv>: 3 systems, 3 rounds of 1 warm-up + 2 timed steps, 2 ranks
-  "$mpiexec" -n 2 --oversubscribe "$apps/ted_ablation" -c "$config" --csv "$1" \
+# Two cores, the ranks and the busy loop on them whatever the machine has: the loop on one of
+# the cores the ranks may use, which are the cores the watch counts.
+read -r first second < <(/usr/bin/python3 -c "import os; c = sorted(os.sched_getaffinity(0)); print(c[0], c[-1] if len(c) < 2 else c[1])")
+[ "$first" != "$second" ] || { echo "one core: nothing to compare: skipped"; exit 77; }
+ablation() {  # ablation <csv>: 3 systems, 3 rounds of 1 warm-up + 3 timed steps, 2 ranks
+  taskset -c "$first,$second" "$mpiexec" -n 2 --oversubscribe --bind-to none \
+    "$apps/ted_ablation" -c "$config" --csv "$1" \
     --set layout.ep=1 --set model.layers=2 --set systems=ted-baseline,ted+dtd,ted+dtd+cac \
-    --iters 2 --rounds 3 | grep "^# \(round\|over\|machine\)"
+    --iters 3 --rounds 3 | grep "^# \(round\|over\|machine\)"
 }
 verdict() {  # verdict <csv>: the summary rows' disturbed column, once
   /usr/bin/python3 -c "import csv,sys; print(*sorted({r['disturbed'] for r in csv.DictReader(open(sys.argv[1])) if not r['round']}))" "$1"
@@ -36,7 +41,8 @@ for try in 1 2 3; do
 done
 [ -n "$quiet" ] || { echo "FAILED: three quiet runs in a row flagged disturbed"; exit 1; }
 echo "== with a busy loop on one core"
-( while :; do :; done ) &
+# Bounded: if the test is killed before its trap runs, the loop still ends.
+taskset -c "$first" timeout 300 bash -c 'while :; do :; done' &
 busy=$!
 trap 'kill $busy 2>/dev/null || true' EXIT
 ablation "$scratch/busy.csv"

@@ -64,9 +64,11 @@ std::vector<int> node_cpus(MPI_Comm node) {
   return list;
 }
 
-MachineWatch::MachineWatch(MPI_Comm world) : world_(world) {
-  TED_CHECK_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_));
+MachineWatch::MachineWatch(MpiCommunicator& world) : world_(world) {
+  TED_CHECK_MPI(
+      MPI_Comm_split_type(world.native_handle(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_));
   cpus_ = node_cpus(node_);
+  TED_CHECK_MPI(MPI_Comm_rank(node_, &node_rank_));
 }
 
 MachineWatch::~MachineWatch() {
@@ -75,21 +77,23 @@ MachineWatch::~MachineWatch() {
   if (!finalized && node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
 }
 
+// The barriers wait as the ranks' collectives do (MpiWait): sleeping, a rank that waits for the
+// node leader's read burns no core that the window would book to others.
 void MachineWatch::start() {
-  MPI_Barrier(world_);
-  int rank = 0;
-  MPI_Comm_rank(node_, &rank);
-  known_ = rank == 0 && read_cores(cpus_, &busy_, &steal_, &total_);
+  world_.barrier();
+  known_ = node_rank_ == 0 && read_cores(cpus_, &busy_, &steal_, &total_);
   own_seconds_ = own_cpu_seconds();
 }
 
 MachineShare MachineWatch::stop() {
-  double own = own_cpu_seconds() - own_seconds_, ours = 0;
-  TED_CHECK_MPI(MPI_Reduce(&own, &ours, 1, MPI_DOUBLE, MPI_SUM, 0, node_));
-  // Every rank's share is in: the cores' counters now cover all of our work.
+  const double own = own_cpu_seconds() - own_seconds_;
+  world_.barrier();  // every rank has read its own time: the cores' counters cover all of it
   double busy = 0, steal = 0, total = 0;
+  const bool read = known_ && read_cores(cpus_, &busy, &steal, &total) && total > total_;
+  double ours = 0;
+  TED_CHECK_MPI(MPI_Reduce(&own, &ours, 1, MPI_DOUBLE, MPI_SUM, 0, node_));
   double mine[3] = {0, 0, 0};  // others %, steal %, known
-  if (known_ && read_cores(cpus_, &busy, &steal, &total) && total > total_) {
+  if (read) {
     const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
     const double span = total - total_;
     mine[0] = std::max(0.0, (busy - busy_) - ours * ticks) / span * 100;
@@ -97,7 +101,7 @@ MachineShare MachineWatch::stop() {
     mine[2] = 1;
   }
   double most[3];
-  TED_CHECK_MPI(MPI_Allreduce(mine, most, 3, MPI_DOUBLE, MPI_MAX, world_));
+  TED_CHECK_MPI(MPI_Allreduce(mine, most, 3, MPI_DOUBLE, MPI_MAX, world_.native_handle()));
   return {most[0], most[1], most[2] > 0};
 }
 

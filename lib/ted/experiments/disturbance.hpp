@@ -13,6 +13,8 @@
 
 #include <vector>
 
+#include "ted/comm/mpi_communicator.hpp"
+
 namespace ted::experiments {
 
 // Of the time of the cores our ranks may use (the union of their affinity masks, per node):
@@ -40,7 +42,7 @@ std::vector<int> node_cpus(MPI_Comm node);
 // Counts what used the cores between start() and stop(). Both collective over `world`.
 class MachineWatch {
  public:
-  explicit MachineWatch(MPI_Comm world);
+  explicit MachineWatch(MpiCommunicator& world);
   ~MachineWatch();
   MachineWatch(const MachineWatch&) = delete;
   MachineWatch& operator=(const MachineWatch&) = delete;
@@ -48,8 +50,9 @@ class MachineWatch {
   MachineShare stop();
 
  private:
-  MPI_Comm world_;
+  MpiCommunicator& world_;
   MPI_Comm node_ = MPI_COMM_NULL;
+  int node_rank_ = 0;
   std::vector<int> cpus_;   // the node's cores our ranks may use (node leader only)
   double own_seconds_ = 0;  // this process's CPU time at start()
   double busy_ = 0, steal_ = 0, total_ = 0;  // the node's cores at start(), in clock ticks

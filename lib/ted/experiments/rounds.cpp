@@ -76,7 +76,7 @@ std::vector<Result> measure_rounds(const Plan& plan, const std::vector<std::stri
       results[i].status = "not run: does not fit: " + verdicts[i];
       write(i, results[i], static_cast<int>(i), static_cast<int>(n));
     }
-  MachineWatch watch(world.native_handle());
+  MachineWatch watch(world);
   const std::string wait = to_string(mpi_wait());
   for (int round = 0; round < rounds; ++round) {
     if (rank0 && rounds > 1) std::printf("# round %d of %d\n", round + 1, rounds);

@@ -174,7 +174,11 @@ CsvColumns<ResultRow> make_columns() {
     return or_empty(timed(x) && x.result.round == 0 && x.result.rounds > 1,
                     x.result.round_spread_percent);
   });
-  c.add("disturbed", [timed](R x) { return or_empty(timed(x), ll(x.result.disturbed)); });
+  // Unknown without /proc/stat and without rounds to compare: empty, not "quiet".
+  c.add("disturbed", [timed](R x) {
+    return or_empty(timed(x) && (x.result.machine_known || x.result.rounds > 1),
+                    ll(x.result.disturbed));
+  });
   return c;
 }
 
