@@ -106,6 +106,18 @@ struct Run {
   // Per step, each MoE layer's choices per expert (before drops): where a routing decision went.
   std::vector<std::vector<std::vector<std::int64_t>>> loads;
   ted::model::ParamLayout layout;
+  // A single-process run (a reference): per step, its gradient whole by flat index, and per
+  // tensor where it starts, its size and its largest |gradient| (what every run held to this
+  // reference is scored against, made once).
+  struct Place {
+    std::size_t offset, size;
+    double scale;
+  };
+  struct Whole {
+    std::vector<double> values;
+    std::map<std::string, Place> by_name;
+  };
+  std::vector<Whole> whole;
 };
 
 // Whether `value` is exactly a value of the test's 16-bit type (false for fp32 runs).
@@ -139,6 +151,20 @@ Run train(const ted::train::TrainConfig& config, ted::Device& device, ted::TedGr
   }
   run.fingerprint = trainer.fingerprint();
   run.layout = trainer.params();
+  if (!groups)  // a reference: one process, so its shards are the parts of the whole
+    for (const auto& step_shards : run.gradients) {
+      Run::Whole& whole = run.whole.emplace_back();
+      whole.values.assign(run.layout.total(), 0.0);
+      for (const auto& shard : step_shards)
+        std::copy(shard.values.begin(), shard.values.end(), whole.values.begin() + shard.first);
+      for (const auto& spec : run.layout.specs()) {
+        const std::size_t size = spec.size();
+        double m = 0;
+        for (std::size_t i = spec.offset; i < spec.offset + size; ++i)
+          m = std::max(m, std::abs(whole.values[i]));
+        whole.by_name[spec.name] = {spec.offset, size, m};
+      }
+    }
   return run;
 }
 
@@ -167,29 +193,15 @@ struct GradientError {
 };
 
 GradientError gradient_error(const Run& run, const Run& ref, int step) {
-  // The reference's gradient, whole, by flat index (one process: its shards are the parts).
-  std::vector<double> whole(ref.layout.total(), 0.0);
-  for (const auto& shard : ref.gradients[step])
-    std::copy(shard.values.begin(), shard.values.end(), whole.begin() + shard.first);
-  // Per tensor of the reference: where it starts, its size and max |reference gradient|.
-  struct Whole {
-    std::size_t offset, size;
-    double scale;
-  };
-  std::map<std::string, Whole> by_name;
-  for (const auto& spec : ref.layout.specs()) {
-    const std::size_t size = spec.size();
-    double m = 0;
-    for (std::size_t i = spec.offset; i < spec.offset + size; ++i)
-      m = std::max(m, std::abs(whole[i]));
-    by_name[spec.name] = {spec.offset, size, m};
-  }
+  const Run::Whole& reference_step = ref.whole.at(step);  // `ref` is a single-process run
+  const std::vector<double>& whole = reference_step.values;
+  const auto& by_name = reference_step.by_name;
   // This rank's tensors in flat order, to find the tensor of a flat index; each with its
   // reference tensor and its slice map, looked up once (the loop below visits every element).
   struct Mine {
     std::size_t offset, size;
     ted::model::SliceMap map;
-    const Whole* reference;
+    const Run::Place* reference;
   };
   std::vector<Mine> mine;
   for (const auto& spec : run.layout.specs())
@@ -202,7 +214,7 @@ GradientError gradient_error(const Run& run, const Run& ref, int step) {
       const std::size_t flat = shard.first + k;
       while (spec != mine.end() && spec->offset + spec->size <= flat) ++spec;
       if (spec == mine.end() || spec->offset > flat) continue;  // padding
-      const Whole& reference = *spec->reference;
+      const Run::Place& reference = *spec->reference;
       const std::size_t global = ted::model::global_index(spec->map, flat - spec->offset);
       if (global >= reference.size) {  // the vocabulary's padding rows (tied embeddings, T > 1)
         padding = std::max(padding, std::abs(shard.values[k]));
