@@ -106,14 +106,27 @@ struct Run {
   // Per step, each MoE layer's choices per expert (before drops): where a routing decision went.
   std::vector<std::vector<std::vector<std::int64_t>>> loads;
   ted::model::ParamLayout layout;
+  // A single-process run (a reference): per step, its gradient whole by flat index, and per
+  // tensor where it starts, its size and its largest |gradient| (what every run held to this
+  // reference is scored against, made once).
+  struct Place {
+    std::size_t offset, size;
+    double scale;
+  };
+  struct Whole {
+    std::vector<double> values;
+    std::map<std::string, Place> by_name;
+  };
+  std::vector<Whole> whole;
 };
 
 // Whether `value` is exactly a value of the test's 16-bit type (false for fp32 runs).
 bool in_storage_type(double value) {
   const auto f = static_cast<float>(value);
   if (static_cast<double>(f) != value) return false;
-  if (ted::test::dtype() == "bf16") return ted::bf16_bits_to_float(ted::float_to_bf16_bits(f)) == f;
-  if (ted::test::dtype() == "fp16") return ted::f16_bits_to_float(ted::float_to_f16_bits(f)) == f;
+  static const std::string dtype = ted::test::dtype();  // called for every gradient element
+  if (dtype == "bf16") return ted::bf16_bits_to_float(ted::float_to_bf16_bits(f)) == f;
+  if (dtype == "fp16") return ted::f16_bits_to_float(ted::float_to_f16_bits(f)) == f;
   return false;
 }
 
@@ -138,6 +151,20 @@ Run train(const ted::train::TrainConfig& config, ted::Device& device, ted::TedGr
   }
   run.fingerprint = trainer.fingerprint();
   run.layout = trainer.params();
+  if (!groups)  // a reference: one process, so its shards are the parts of the whole
+    for (const auto& step_shards : run.gradients) {
+      Run::Whole& whole = run.whole.emplace_back();
+      whole.values.assign(run.layout.total(), 0.0);
+      for (const auto& shard : step_shards)
+        std::copy(shard.values.begin(), shard.values.end(), whole.values.begin() + shard.first);
+      for (const auto& spec : run.layout.specs()) {
+        const std::size_t size = spec.size();
+        double m = 0;
+        for (std::size_t i = spec.offset; i < spec.offset + size; ++i)
+          m = std::max(m, std::abs(whole.values[i]));
+        whole.by_name[spec.name] = {spec.offset, size, m};
+      }
+    }
   return run;
 }
 
@@ -166,39 +193,36 @@ struct GradientError {
 };
 
 GradientError gradient_error(const Run& run, const Run& ref, int step) {
-  // The reference's gradient, whole, by flat index (one process: its shards are the parts).
-  std::vector<double> whole(ref.layout.total(), 0.0);
-  for (const auto& shard : ref.gradients[step])
-    std::copy(shard.values.begin(), shard.values.end(), whole.begin() + shard.first);
-  std::map<std::string, const ted::model::ParamSpec*> by_name;
-  std::map<std::string, double> scale;  // max |reference gradient| of each tensor
-  for (const auto& spec : ref.layout.specs()) {
-    by_name[spec.name] = &spec;
-    double m = 0;
-    for (std::size_t i = spec.offset; i < spec.offset + spec.size(); ++i)
-      m = std::max(m, std::abs(whole[i]));
-    scale[spec.name] = m;
-  }
-  // This rank's tensors in flat order, to find the tensor of a flat index.
-  std::vector<const ted::model::ParamSpec*> mine;
-  for (const auto& spec : run.layout.specs()) mine.push_back(&spec);
-  std::sort(mine.begin(), mine.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  const Run::Whole& reference_step = ref.whole.at(step);  // `ref` is a single-process run
+  const std::vector<double>& whole = reference_step.values;
+  const auto& by_name = reference_step.by_name;
+  // This rank's tensors in flat order, to find the tensor of a flat index; each with its
+  // reference tensor and its slice map, looked up once (the loop below visits every element).
+  struct Mine {
+    std::size_t offset, size;
+    ted::model::SliceMap map;
+    const Run::Place* reference;
+  };
+  std::vector<Mine> mine;
+  for (const auto& spec : run.layout.specs())
+    mine.push_back({spec.offset, spec.size(), spec.slice_map(), &by_name.at(spec.name)});
+  std::sort(mine.begin(), mine.end(), [](auto& a, auto& b) { return a.offset < b.offset; });
   double worst = 0, diff2 = 0, ref2 = 0, padding = 0;
   for (const auto& shard : run.gradients[step]) {
     auto spec = mine.begin();
     for (std::size_t k = 0; k < shard.values.size(); ++k) {
       const std::size_t flat = shard.first + k;
-      while (spec != mine.end() && (*spec)->offset + (*spec)->size() <= flat) ++spec;
-      if (spec == mine.end() || (*spec)->offset > flat) continue;  // padding
-      const auto* ref_spec = by_name.at((*spec)->name);
-      const std::size_t global = (*spec)->global_index(flat - (*spec)->offset);
-      if (global >= ref_spec->size()) {  // the vocabulary's padding rows (tied embeddings, T > 1)
+      while (spec != mine.end() && spec->offset + spec->size <= flat) ++spec;
+      if (spec == mine.end() || spec->offset > flat) continue;  // padding
+      const Run::Place& reference = *spec->reference;
+      const std::size_t global = ted::model::global_index(spec->map, flat - spec->offset);
+      if (global >= reference.size) {  // the vocabulary's padding rows (tied embeddings, T > 1)
         padding = std::max(padding, std::abs(shard.values[k]));
         continue;
       }
-      const double want = whole[ref_spec->offset + global];
+      const double want = whole[reference.offset + global];
       const double diff = shard.values[k] - want;
-      worst = std::max(worst, std::abs(diff) / std::max(scale[(*spec)->name], 1e-30));
+      worst = std::max(worst, std::abs(diff) / std::max(reference.scale, 1e-30));
       diff2 += diff * diff;
       ref2 += want * want;
     }
