@@ -49,14 +49,15 @@ Communicator& control() {
 int main(int argc, char** argv) {
   ted::MpiSession mpi(&argc, &argv, ted::mpi_thread_level());
   Catch::Session session;
-  std::string backend_name = "mpi", device_name = "cpu";
+  std::string backend_name = "mpi", device_name = "cpu", wait_name = "blocking";
   bool staged = false;
   using Catch::Clara::Opt;
   session.cli(session.cli() |
               Opt(backend_name, "mpi|nccl")["--backend"]("what carries device buffers") |
               Opt(device_name, "cpu|cuda")["--device"]("where buffers live") |
               Opt(staged)["--staged"]("MPI through host staging buffers, also on the CPU") |
-              Opt(ted::test::g_dtype, "fp32|bf16|fp16")["--dtype"]("the models' storage type"));
+              Opt(ted::test::g_dtype, "fp32|bf16|fp16")["--dtype"]("the models' storage type") |
+              Opt(wait_name, "blocking|sleep")["--wait"]("how ranks wait in MPI collectives"));
   if (int rc = session.applyCommandLine(argc, argv)) return rc;
 
   ted::test::g_backend = ted::parse_comm_backend(backend_name);
@@ -71,6 +72,8 @@ int main(int argc, char** argv) {
     if (mpi.world_rank() == 0) std::printf("SKIPPED: %s\n", e.what());
     return 77;
   }
+
+  if (wait_name == "sleep") ted::set_mpi_wait(ted::MpiWait::sleep);  // as run.wait
 
   std::string log_path;
   if (mpi.world_rank() != 0) {

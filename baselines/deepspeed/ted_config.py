@@ -49,7 +49,7 @@ DEFAULTS = {
                  "overlap": 1},
     "run": {"backend": "cpu", "dtype": "fp32", "comm": "mpi", "loss_scale": 65536.0,
             "loss_scale_window": 1000, "cluster": "", "warmup": 1, "iters": 5, "csv": "",
-            "rounds": 1, "wait": "auto"},
+            "rounds": 1, "wait": "blocking"},
     "layout": {"tp": 1, "ep": 1, "dp": 0},
     "sweep": {k: [] for k in ("ranks", "tp", "ep", "hidden", "heads", "layers", "experts",
                               "global_batch", "tile")},
@@ -262,8 +262,8 @@ def _validate(cfg):
     # DeepSpeed's points run once each, its ranks wait as torch.distributed does.
     if not 1 <= r["rounds"] <= 1000:
         raise ConfigError(f"run.rounds must be in [1, 1000], got {r['rounds']}")
-    if r["wait"] not in ("auto", "spin", "sleep"):
-        raise ConfigError(f"run.wait must be auto, spin or sleep, got '{r['wait']}'")
+    if r["wait"] not in ("blocking", "sleep"):
+        raise ConfigError(f"run.wait must be blocking or sleep, got '{r['wait']}'")
     try:
         ted_workload.validate(cfg["routing"], m["experts"], g["top_k"])
     except ted_workload.WorkloadError as error:

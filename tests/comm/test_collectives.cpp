@@ -414,6 +414,7 @@ TEST_CASE(
     "collectives that wait sleeping (MpiWait::sleep, as oversubscribed experiments run) give "
     "the same elements") {
   auto& world = ted::test::world();
+  const ted::MpiWait before = ted::mpi_wait();  // the run's own (mpi_catch_main.cpp: --wait)
   ted::set_mpi_wait(ted::MpiWait::sleep);
   const auto layouts = ted::all_layouts(world.size());
   ted::ProcessGrid grid(world.size(), layouts.back());
@@ -428,7 +429,7 @@ TEST_CASE(
       }
   for (std::size_t chunk : kStartedChunks) exercise_started_all_to_all(world, DataType::f32, chunk);
   world.barrier();
-  ted::set_mpi_wait(ted::MpiWait::spin);
+  ted::set_mpi_wait(before);
 }
 
 TEST_CASE("max and min reductions") {

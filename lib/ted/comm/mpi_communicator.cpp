@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <sched.h>
 #include <sys/prctl.h>
 #include <time.h>
 
@@ -16,14 +17,14 @@
 namespace ted {
 
 namespace {
-std::atomic<MpiWait> g_wait{MpiWait::spin};
+std::atomic<MpiWait> g_wait{MpiWait::blocking};
 
 // Completes `request` as mpi_wait() says. Sleeping: MPI_Test in a tight loop for the first
 // 20 us (a peer that is running answers within them), then every 50 us with the core left
 // to others in between; 50 us is a small part of the time slices (milliseconds) that an
 // oversubscribed peer waits for its core, and the loop wakes that often to move MPI along.
 void complete(MPI_Request* request) {
-  if (g_wait.load(std::memory_order_relaxed) == MpiWait::spin) {
+  if (g_wait.load(std::memory_order_relaxed) == MpiWait::blocking) {
     TED_CHECK_MPI(MPI_Wait(request, MPI_STATUS_IGNORE));
     return;
   }
@@ -40,11 +41,11 @@ void complete(MPI_Request* request) {
   }
 }
 
-// A collective as mpi_wait() says: `blocking` when spinning; else `start`, its nonblocking form
+// A collective as mpi_wait() says: `blocking` when blocking; else `start`, its nonblocking form
 // given the request to fill, completed by complete().
 template <class Blocking, class Start>
 void collective(Blocking blocking, Start start) {
-  if (g_wait.load(std::memory_order_relaxed) == MpiWait::spin) {
+  if (g_wait.load(std::memory_order_relaxed) == MpiWait::blocking) {
     blocking();
     return;
   }
@@ -53,6 +54,31 @@ void collective(Blocking blocking, Start start) {
   complete(&request);
 }
 }  // namespace
+
+std::vector<int> node_cpus(MPI_Comm node) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) CPU_SET(0, &mask);
+  cpu_set_t cpus;
+  TED_CHECK_MPI(
+      MPI_Allreduce(&mask, &cpus, static_cast<int>(sizeof mask), MPI_BYTE, MPI_BOR, node));
+  std::vector<int> list;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &cpus)) list.push_back(cpu);
+  return list;
+}
+
+double ranks_per_core(MPI_Comm comm) {
+  MPI_Comm node;
+  TED_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int size = 1;
+  MPI_Comm_size(node, &size);
+  const auto cpus = static_cast<int>(node_cpus(node).size());
+  MPI_Comm_free(&node);
+  double mine = static_cast<double>(size) / std::max(1, cpus), most = 0;
+  TED_CHECK_MPI(MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return most;
+}
 
 void set_mpi_wait(MpiWait wait) {
   g_wait.store(wait, std::memory_order_relaxed);
@@ -66,7 +92,7 @@ MpiWait mpi_wait() {
 }
 
 const char* to_string(MpiWait wait) {
-  return wait == MpiWait::sleep ? "sleep" : "spin";
+  return wait == MpiWait::sleep ? "sleep" : "blocking";
 }
 
 MpiSession::MpiSession(int* argc, char*** argv, int thread_level, bool start) {

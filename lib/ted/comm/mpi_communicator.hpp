@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "ted/comm/communicator.hpp"
 
@@ -28,17 +29,27 @@ class MpiSession {
   int world_size_ = 1;
 };
 
-// How a rank waits in a collective its peers have not reached yet. spin: MPI's blocking calls,
-// which poll the shared-memory transport and hold the core. sleep: the nonblocking call, tested
-// in a loop that sleeps between tests once the first microseconds have passed, so that a waiting
-// rank gives its core to the rank it waits for when the ranks outnumber the cores (a spinning
-// waiter takes half the core of a late peer, and books the delay it causes as communication).
-// The same algorithms' results either way up to the order of a reduction's additions. One
-// setting for the process: the experiments choose it before the first step (run.wait).
-enum class MpiWait { spin, sleep };
+// How a rank waits in a collective its peers have not reached yet. blocking: MPI's blocking
+// calls, which poll the transport; OpenMPI yields the core between polls when the job
+// oversubscribes its nodes (mpi_yield_when_idle, on by default then).
+// sleep: the nonblocking call, tested in a loop that sleeps 50 us between tests once the first
+// 20 us have passed, so that a waiting rank surely leaves its core to the rank it waits for. It
+// costs more than it saves on 4 ranks over 2 cores (the ablation's step 67 ms blocking, 90 ms
+// sleeping: the nonblocking algorithms move only inside a test, each step of theirs waiting out
+// a sleep), so blocking is the default. Results are the same up to the order of a reduction's
+// additions. One setting for the process, chosen before the first step (run.wait).
+enum class MpiWait { blocking, sleep };
 void set_mpi_wait(MpiWait wait);
 MpiWait mpi_wait();
 const char* to_string(MpiWait wait);
+
+// The cores the ranks of `node` (one node's communicator) may run on: the union of their
+// affinity masks. Collective over `node`.
+std::vector<int> node_cpus(MPI_Comm node);
+
+// The most ranks of `comm` on one node per CPU they may run on. Above 1 the OS time-slices the
+// ranks. Collective over `comm`.
+double ranks_per_core(MPI_Comm comm);
 
 class MpiCommunicator final : public Communicator {
  public:

@@ -130,8 +130,8 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   count(c.warmup, 0, 1000000, "run.warmup");
   count(c.iters, 0, 1000000, "run.iters");
   count(c.rounds, 1, 1000, "run.rounds");
-  if (c.wait != "auto" && c.wait != "spin" && c.wait != "sleep")
-    fail("key 'run.wait' must be auto, spin or sleep, got '" + c.wait + "'", "run.wait");
+  if (c.wait != "blocking" && c.wait != "sleep")
+    fail("key 'run.wait' must be blocking or sleep, got '" + c.wait + "'", "run.wait");
   count(c.tp, 1, 1 << 24, "layout.tp");
   count(c.ep, 1, 1 << 24, "layout.ep");
   count(c.dp, 0, 1 << 24, "layout.dp (0: the launched ranks over tp x ep)");

@@ -7,10 +7,10 @@
 //   run:     warmup iters csv; rounds (the points timed in interleaved rounds, each round
 //            running every point once with its warm-up and iters, the order rotated by one
 //            each round: a disturbance of the machine lasting seconds lands on every system
-//            alike; every round is a row); wait (auto | spin | sleep: how a rank waits in a
-//            collective, comm/mpi_communicator.hpp MpiWait; auto: sleep when the CPU ranks
-//            outnumber their cores); and as the training driver: backend (cpu | cuda),
-//            dtype (fp32 | bf16 | fp16), comm (mpi | nccl), loss_scale, loss_scale_window
+//            alike; every round is a row); wait (blocking | sleep: how a rank waits in a
+//            collective, comm/mpi_communicator.hpp MpiWait); and as the training driver: backend
+//            (cpu | cuda), dtype (fp32 | bf16 | fp16), comm (mpi | nccl), loss_scale,
+//            loss_scale_window
 //   layout:  tp ep dp                    the layout of ablation and memory
 //   systems: [ted-baseline, ted+dtd, ...] (see parse_system)
 //   data:    global_batch  sequences per optimizer step of the whole job (0: data.micro_batches
@@ -47,8 +47,8 @@ struct ExperimentConfig {
   int warmup = 1;
   int iters = 5;
   int rounds = 1;
-  std::string wait = "auto";  // auto | spin | sleep
-  std::string backend;        // the rows' backend column: run.backend, plus what runs it (emulated)
+  std::string wait = "blocking";  // blocking | sleep
+  std::string backend;  // the rows' backend column: run.backend, plus what runs it (emulated)
   std::string csv;
   int tp = 1, ep = 1, dp = 0;
   std::vector<std::string> systems;

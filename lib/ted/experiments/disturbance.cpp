@@ -1,6 +1,5 @@
 #include "ted/experiments/disturbance.hpp"
 
-#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -50,19 +49,6 @@ bool read_cores(const std::vector<int>& cpus, double* busy, double* steal, doubl
 }
 
 }  // namespace
-
-std::vector<int> node_cpus(MPI_Comm node) {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  if (sched_getaffinity(0, sizeof mask, &mask) != 0) CPU_SET(0, &mask);
-  cpu_set_t cpus;
-  TED_CHECK_MPI(
-      MPI_Allreduce(&mask, &cpus, static_cast<int>(sizeof mask), MPI_BYTE, MPI_BOR, node));
-  std::vector<int> list;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &cpus)) list.push_back(cpu);
-  return list;
-}
 
 MachineWatch::MachineWatch(MpiCommunicator& world) : world_(world) {
   TED_CHECK_MPI(

@@ -35,10 +35,6 @@ constexpr double kStealPercent = 10;
 // 10-15 % of each other with 3 timed iterations a round (docs/experiments.md, "Rounds").
 constexpr double kSpreadPercent = 25;
 
-// The cores the ranks of `node` (one node's communicator) may run on: the union of their
-// affinity masks. Collective over `node`.
-std::vector<int> node_cpus(MPI_Comm node);
-
 // Counts what used the cores between start() and stop(). Both collective over `world`.
 class MachineWatch {
  public:

@@ -8,7 +8,6 @@
 #include "ted/comm/mpi_communicator.hpp"
 #include "ted/core/error.hpp"
 #include "ted/core/parallel.hpp"
-#include "ted/experiments/disturbance.hpp"
 #include "ted/run/run.hpp"
 
 namespace ted::experiments {
@@ -23,18 +22,6 @@ constexpr CollectiveOp kOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_ga
 constexpr CollectiveOp kReportedOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_to_all,
                                           CollectiveOp::all_gather, CollectiveOp::reduce_scatter};
 }  // namespace
-
-double ranks_per_core(MPI_Comm comm) {
-  MPI_Comm node;
-  TED_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int size = 1;
-  MPI_Comm_size(node, &size);
-  const auto cpus = static_cast<int>(node_cpus(node).size());
-  MPI_Comm_free(&node);
-  double mine = static_cast<double>(size) / std::max(1, cpus), most = 0;
-  TED_CHECK_MPI(MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return most;
-}
 
 namespace {
 

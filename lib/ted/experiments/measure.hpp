@@ -85,16 +85,12 @@ struct Result {
   double others_percent = 0, steal_percent = 0;
   bool machine_known = false;
   bool disturbed = false;
-  std::string wait;  // how ranks waited in collectives: spin or sleep (MpiWait)
+  std::string wait;  // how ranks waited in collectives: blocking or sleep (MpiWait)
   // "measured", "projected", "projected: does not fit: ..." (the projection still gives the
   // time), or "not run: does not fit: ..." (a measured sweep never allocates such a point)
   std::string status = "measured";
   bool ran() const { return status.rfind("not run", 0) != 0; }  // measured or projected
 };
-
-// The most ranks of `comm` on one node per CPU they may run on (the union of their affinity
-// masks). Above 1 the OS time-slices the ranks. Collective over `comm`.
-double ranks_per_core(MPI_Comm comm);
 
 // The iteration split_time takes its split from: the lower middle one by time.
 std::size_t median_iteration(const std::vector<double>& times);

@@ -9,14 +9,6 @@
 
 namespace ted::experiments {
 
-MpiWait choose_wait(const ExperimentConfig& config, MPI_Comm world) {
-  if (config.wait == "spin") return MpiWait::spin;
-  if (config.wait == "sleep") return MpiWait::sleep;
-  const auto& run = config.train.run;
-  if (run.backend != DeviceKind::cpu || run.comm != CommBackend::mpi) return MpiWait::spin;
-  return ranks_per_core(world) > 1 ? MpiWait::sleep : MpiWait::spin;
-}
-
 Result pool_rounds(const std::vector<Result>& rounds) {
   TED_CHECK(!rounds.empty(), "pool_rounds: no round");
   std::vector<double> medians, iterations;

@@ -21,10 +21,6 @@
 
 namespace ted::experiments {
 
-// How ranks wait in collectives for this run (run.wait; auto: sleep when the CPU ranks of a
-// node outnumber its cores). Collective over `world`.
-MpiWait choose_wait(const ExperimentConfig& config, MPI_Comm world);
-
 // Times every point whose verdict is "" (the others get a row saying why not), appending rows
 // on rank 0 as they are measured; returns each point's result (its summary) and adds the rows
 // written to *written. Collective over `world`.
