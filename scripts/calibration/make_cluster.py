@@ -87,7 +87,15 @@ def curves(work):
             points[int(row["ledger_bytes_sent"])] = float(row["time_us_median"]) * 1e-6
         if not points:
             die(f"{path}: no rows")
-        out.append((op, members, per_node, sorted(points.items()), path))
+        measured = sorted(points.items())
+        # A call of fewer bytes on the same group takes no longer than one of more: a small size
+        # measured slower than a larger one is the machine's noise (a rank descheduled), and the
+        # curve keeps the larger size's time there (the least time at that size or above).
+        kept, least = [], float("inf")
+        for size, seconds in reversed(measured):
+            least = min(least, seconds)
+            kept.append((size, least))
+        out.append((op, members, per_node, measured, kept[::-1], path))
     return out
 
 
@@ -164,11 +172,15 @@ def main():
         f"  peer_overhead: {links['inter.peer_overhead']:.4g}   # measured: per off-node peer, the world's smallest all-to-all less a call",
         f"  device_bandwidth: {links['inter.bandwidth']:.4g}   # taken as the node's: one rank's messages can fill its link",
         f"source: {measured} (scripts/calibration/calibrate_cluster.sh)",
-        "curves:   # ted_collbench (a barrier before each call; median of the slowest rank)",
+        "curves:   # ted_collbench (a barrier before each call; median of the slowest rank; no time",
+        "          # above a larger size's: a slower small size is the machine's noise)",
     ]
-    for op, members, per_node, points, path in curves(a.work):
+    for op, members, per_node, measured, points, path in curves(a.work):
         if per_node > a.per_node or members % per_node:
             die(f"{path}: {members} members, {per_node} per node, on nodes of {a.per_node}")
+        if measured != points:
+            lines.append("  # measured (a smaller size slower than a larger one keeps the larger's time): [" +
+                         ", ".join(f"{t:.4g}" for _, t in measured) + "]")
         lines += [
             f"  - op: {op}",
             f"    members: {members}",
