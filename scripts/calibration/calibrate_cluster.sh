@@ -154,11 +154,14 @@ device=cpu-core
 cores=0
 [ "$comm" = mpi ] && cores=${CORES_PER_NODE:-$(nproc)}
 mkdir -p "$(dirname "$OUT")"
-/usr/bin/python3 scripts/calibration/make_cluster.py "$OUT" --name "$name" --nodes "$nodes" \
+/usr/bin/python3 scripts/calibration/make_cluster.py "$work/cluster.yaml" --name "$name" --nodes "$nodes" \
   --per-node "$per_node" --device "${device:-gpu}" --cores-per-node "$cores" \
   --revision "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" \
   --launch "$launch" --work "$work" --seconds $((SECONDS - started)) ${compute_from:+--compute-from "$compute_from"}
-"$BUILD_DIR/apps/ted_project" search -c "${MODELS%% *}" --cluster "$OUT" --gpus "$ranks" --check >/dev/null
+# The file as ted_project reads it, before it replaces any file of that name.
+"$BUILD_DIR/apps/ted_project" search -c "${MODELS%% *}" --cluster "$work/cluster.yaml" \
+  --gpus "$ranks" --check >/dev/null
+mv "$work/cluster.yaml" "$OUT"
 echo "== wrote $OUT in $((SECONDS - started)) s"
 for model in $MODELS; do
   echo "== the best layouts of $model on $ranks devices of $name"
