@@ -70,13 +70,16 @@ done
 for model in $MODELS; do [ -r "$model" ] || die "MODELS: cannot read $model"; done
 export OMPI_MCA_orte_execute_quiet=${OMPI_MCA_orte_execute_quiet:-1} OPENBLAS_NUM_THREADS=1 \
   TED_NUM_THREADS=${TED_NUM_THREADS:-1}
+# One process here, not a step of the job: the programs take a Slurm job's task count for their
+# own world (app_main.cpp), so it is hidden from them.
+alone() { env -u SLURM_NTASKS -u SLURM_NPROCS "$@"; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 started=$SECONDS
 
 if [ -z "$compute_from" ]; then
   echo "== one device: bench_machine (GEMMs at the CPU experiments' shapes, element-wise work)"
-  "$BUILD_DIR/apps/bench_machine" --benchmark_filter='large|cpu_' --benchmark_format=json \
+  alone "$BUILD_DIR/apps/bench_machine" --benchmark_filter='large|cpu_' --benchmark_format=json \
     >"$work/bench_machine.json"
 fi
 
@@ -159,12 +162,12 @@ mkdir -p "$(dirname "$OUT")"
   --revision "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" \
   --launch "$launch" --work "$work" --seconds $((SECONDS - started)) ${compute_from:+--compute-from "$compute_from"}
 # The file as ted_project reads it, before it replaces any file of that name.
-"$BUILD_DIR/apps/ted_project" search -c "${MODELS%% *}" --cluster "$work/cluster.yaml" \
+alone "$BUILD_DIR/apps/ted_project" search -c "${MODELS%% *}" --cluster "$work/cluster.yaml" \
   --gpus "$ranks" --check >/dev/null
 mv "$work/cluster.yaml" "$OUT"
 echo "== wrote $OUT in $((SECONDS - started)) s"
 for model in $MODELS; do
   echo "== the best layouts of $model on $ranks devices of $name"
-  "$BUILD_DIR/apps/ted_project" search -c "$model" --cluster "$OUT" --gpus "$ranks" --top "$TOP" |
+  alone "$BUILD_DIR/apps/ted_project" search -c "$model" --cluster "$OUT" --gpus "$ranks" --top "$TOP" |
     grep -v '^# refused' || true
 done
