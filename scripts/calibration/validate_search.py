@@ -7,7 +7,8 @@ the cluster (the experiment's program through LAUNCH, one run per layout), point
         --cluster experiments/clusters/NAME.yaml --gpus 4 --launch "mpirun -n 4 --oversubscribe" \\
         --measured results/ablation/NAME_layouts.csv [--reuse]
 
-Prints each point's projected and measured time per iteration and the error, the median and the
+Prints each point's projected and measured time per iteration (the latest row of each point; of
+a run in rounds, its summary row) and the error, the median and the
 largest |error|, and the search's first layout against the measured fastest. --reuse compares
 the rows already in --measured (the latest of each point) without measuring. The search's
 deepspeed-moe+cac (T = 1) is measured as ted+cac at T = 1, the same point.
@@ -74,6 +75,8 @@ def main():
         die(f"no measured rows in {a.measured}")
     latest = {}
     for row in csv.DictReader(open(a.measured)):
+        if row.get("round"):  # interleaved rounds: the point's summary row (round empty) counts
+            continue
         latest[key(row) + (row["system"],)] = float(row["time_ms_median"])
     errors, pairs = [], []
     print(f"{'rank':>4} {'system':<18} {'T':>2} {'Ep':>2} {'D':>2} {'projected':>10} {'measured':>10} {'error':>7}")
