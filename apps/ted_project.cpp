@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
     if (search) {
       global_batch = ex::search_global_batch(config, global_batch, where);
       int left_out = 0;
-      auto candidates = ex::search(config, o.gpus, cluster, global_batch, &left_out);
+      std::vector<ex::Refused> refused;
+      auto candidates = ex::search(config, o.gpus, cluster, global_batch, &left_out, &refused);
       if (candidates.empty())
         throw ted::ConfigError(where + ": no layout of " + std::to_string(o.gpus) +
                                " GPUs splits this model at a global batch of " +
@@ -159,6 +160,7 @@ int main(int argc, char** argv) {
           std::string(ted::precision_name(config.train.run.dtype)).c_str(), global_batch,
           candidates.size(), left_out);
       ted::CsvTable table = ex::print_search(config, candidates, o.top, cluster, command);
+      ex::print_refused(refused, candidates, cluster, o.top);
       if (!csv.empty()) {
         ted::append_csv(table, csv);
         ex::write_assumptions(csv, cluster, config, command);

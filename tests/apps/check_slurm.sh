@@ -175,6 +175,20 @@ for script in "$dir"/*.sbatch; do
     fail "outside a job it should refuse, not submit or run (exit $rc): $(cat "$log") $out"
   fi
 
+  # slurm/calibrate.sbatch runs no experiment step of launch.sh's: one calibration script over
+  # srun (tests/apps/slurm_cluster.sh runs it under a real Slurm); here what fake programs show.
+  if [ "$name" = calibrate.sbatch ]; then
+    run BUILD_DIR="$fake" bash "$script" --check
+    [ "$rc" = 2 ] && grep -q 'bench_machine is not an executable' <<<"$out" ||
+      fail "--check without bench_machine: exit $rc, not 2: $out"
+    cp "$script" "$tmp/spool/slurm_script"
+    run "${job[@]}" SLURM_TASKS_PER_NODE="8,7,8(x2)" SLURM_NTASKS=31 bash "$tmp/spool/slurm_script"
+    [ "$rc" = 2 ] && grep -q 'give every node as many' <<<"$out" && ! grep -q '^srun ' "$log" ||
+      fail "inside a job of uneven nodes: exit $rc, not 2: $out"
+    [ "$failures" = "$before" ] && echo "ok: $name" || echo "checked $name"
+    continue
+  fi
+
   # inside a job, as sbatch runs it: a copy in the spool folder, only SLURM_SUBMIT_DIR set
   cp "$script" "$tmp/spool/slurm_script"
   run "${job[@]}" bash "$tmp/spool/slurm_script"

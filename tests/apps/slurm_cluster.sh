@@ -281,7 +281,7 @@ for name in "${experiments[@]}"; do
 done
 for script in slurm/*.sbatch; do
   name=$(basename "$script" .sbatch)
-  [[ " ${experiments[*]} collbench train " == *" $name "* ]] || fail "$script: not known to this test"
+  [[ " ${experiments[*]} collbench train calibrate " == *" $name "* ]] || fail "$script: not known to this test"
 done
 
 # --- 2. refused before sbatch: nothing reaches the queue
@@ -327,6 +327,12 @@ submitted[collbench]=$id
 submit "sbatch collbench" ok env "${coll_env[@]}" CSV_DIR="$tmp/csv/coll_plain" \
   sbatch -n 4 slurm/collbench.sbatch
 plain[collbench]=$id
+# The calibration on the two nodes (small sizes: the curves' form, not their rates), its cluster
+# file read by ted_project, its last lines the search's best layouts.
+submit "sbatch calibrate" ok env NAME=slurm-test OUT="$tmp/csv/calibrated.yaml" MAX_PEER=4194304 \
+  OPS="all_to_all all_reduce" MODELS=experiments/ablation/cpu.yaml TOP=2 \
+  sbatch -N 2 --ntasks-per-node=2 slurm/calibrate.sbatch
+calibrate_job=$id
 submit "an array over two YAMLs" ok env CONFIG="$tmp/ablation_t2.yaml $tmp/ablation_e2.yaml" \
   "SET=${sets[ablation]} systems=ted-baseline,ted" CSV="$tmp/csv/array.csv" \
   slurm/submit.sh slurm/ablation.sbatch -n 2 --array=1-2
@@ -456,6 +462,20 @@ for how in submitted plain; do
       failures=$((failures + 1))
   done
 done
+if [ -n "$calibrate_job" ]; then
+  expect_state "sbatch calibrate" "$calibrate_job" COMPLETED
+  log=$(log_of "$calibrate_job")
+  if ! "$build/apps/ted_project" search -c experiments/ablation/cpu.yaml --gpus 4 \
+    --cluster "$tmp/csv/calibrated.yaml" --check >/dev/null; then
+    fail "calibrate: ted_project does not read its cluster file"
+  elif [ "$(grep -c '^  - op: ' "$tmp/csv/calibrated.yaml")" != 6 ]; then
+    fail "calibrate: not 6 curves (2 ops x 3 group layouts) in $tmp/csv/calibrated.yaml"
+  elif ! tail -n 4 "$log" | grep -q '^ *1 '; then
+    fail "calibrate: its log does not end with the search's best layouts: $(tail -n 6 "$log")"
+  else
+    echo "ok: calibrate: a cluster file of 6 measured curves, the best layouts last in its log"
+  fi
+fi
 rows whole "$tmp/csv/ablation.csv" 10 10 >/dev/null || fail "two jobs into one CSV: not 10 whole rows"
 if [ -n "$array_configs" ]; then
   expect_state "the array over two YAMLs" "$array_configs" COMPLETED

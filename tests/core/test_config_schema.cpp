@@ -93,6 +93,30 @@ TEST_CASE("required keys are required, and given() says which were set") {
              Catch::Matchers::ContainsSubstring("x.yaml: key 'latency' is missing (no default)"));
 }
 
+TEST_CASE("a key read elsewhere is passed over whatever its shape; given() says it was there") {
+  double rate = 0;
+  ted::ConfigSchema s;
+  s.add("rate", &rate);
+  s.add_read_elsewhere("curves");
+  const auto path = write("elsewhere.yaml",
+                          "rate: 2\ncurves:\n  - {op: x, bytes: [1, 2]}\n  - {nested: {a: 1}}\n");
+  CHECK(error_of([&] { s.load_yaml(path.string()); }).empty());
+  CHECK(rate == 2);
+  CHECK(s.given("curves"));
+  ted::ConfigSchema without;
+  without.add("rate", &rate);
+  without.add_read_elsewhere("curves");
+  without.load_yaml(write("without.yaml", "rate: 3\n").string());
+  CHECK_FALSE(without.given("curves"));
+  // Only that key: an unknown one beside it is still refused.
+  ted::ConfigSchema other;
+  other.add("rate", &rate);
+  other.add_read_elsewhere("curves");
+  CHECK(error_of([&] {
+          other.load_yaml(write("other.yaml", "rate: 1\ncurve: 2\n").string());
+        }).find("unknown key 'curve'") != std::string::npos);
+}
+
 TEST_CASE("a relative path in a YAML is found from the YAML's folder and its parents") {
   const auto cluster = write("repo/experiments/clusters/c.yaml", "name: c\n");
   const auto yaml = write("repo/experiments/ablation/paper.yaml",

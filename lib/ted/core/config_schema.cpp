@@ -120,6 +120,13 @@ void ConfigSchema::add(const std::string& key, std::string* target) {
                   [target] { return *target; }});
 }
 
+void ConfigSchema::add_read_elsewhere(const std::string& key) {
+  Entry entry{"read elsewhere", [](const std::string&) { return true; },
+              [] { return std::string("(read elsewhere)"); }};
+  entry.elsewhere = true;
+  add_entry(key, std::move(entry));
+}
+
 void ConfigSchema::add_path(const std::string& key, std::string* target) {
   add(key, target);
   entries_[key].path = true;
@@ -288,6 +295,10 @@ void ConfigSchema::load_yaml(const std::string& path) {
                           std::to_string(item.first.Mark().line + 1) + ")");
       const YAML::Node& value = item.second;
       auto known = entries_.find(key);
+      if (known != entries_.end() && known->second.elsewhere) {
+        given_.insert(key);
+        continue;
+      }
       if (value.IsSequence() && known != entries_.end() && known->second.list) {
         std::string joined;
         for (std::size_t i = 0; i < value.size(); ++i) {

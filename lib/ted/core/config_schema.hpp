@@ -55,6 +55,9 @@ class ConfigSchema {
   // Lists: a YAML sequence of scalars ("[1, 2, 4]"), or on the command line "1,2,4".
   void add(const std::string& key, std::vector<int>* target);
   void add(const std::string& key, std::vector<std::string>* target);
+  // A key whose value, of any shape, another reader takes from the same file (a cluster file's
+  // measured curves: a list of maps): load_yaml passes over it, given() tells whether it was there.
+  void add_read_elsewhere(const std::string& key);
 
   void load_yaml(const std::string& path);
   // "key=value"; `origin` names where it came from in messages (e.g. "--set").
@@ -81,6 +84,7 @@ class ConfigSchema {
     std::function<std::string()> print;
     bool list = false;
     bool path = false;
+    bool elsewhere = false;   // add_read_elsewhere
     std::string suffix = "";  // a prefix's: the path matches where <path><suffix> exists
   };
   void add_entry(const std::string& key, Entry entry);

@@ -41,6 +41,18 @@ void write_assumptions(const std::string& csv, const projection::Cluster& c,
       c.inter.bandwidth, c.inter.device_bandwidth, c.inter.latency, c.inter.peer_latency,
       c.inter.peer_overhead);
   line("  Source: %s\n", c.source.c_str());
+  if (!c.curves.empty()) {
+    line(
+        "  Measured curves (%zu): a collective on a group laid as one was measured (members, per\n"
+        "  node) takes its time off the curve at the call's bytes (log-log between the measured\n"
+        "  sizes, the smallest's time below them, the largest's rate above); the links above\n"
+        "  for any other group:\n",
+        c.curves.size());
+    for (const auto& curve : c.curves)
+      line("    %s on %d members, %d per node: %zu sizes, %.4g-%.4g bytes per rank\n",
+           std::string(to_string(curve.op)).c_str(), curve.members, curve.per_node,
+           curve.bytes.size(), curve.bytes.front(), curve.bytes.back());
+  }
   text += time_model_text();
   const DataType dtype = config.train.run.dtype;
   const bool sixteen_bit_gradients =

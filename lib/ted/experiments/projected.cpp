@@ -73,15 +73,27 @@ Result project(const Point& point, const Cluster& cluster) {
 }
 
 std::vector<Candidate> search(const ExperimentConfig& config, int gpus, const Cluster& cluster,
-                              int global_batch, int* left_out) {
+                              int global_batch, int* left_out, std::vector<Refused>* refused) {
   TED_CHECK(global_batch > 0, "the search compares layouts at one global batch");
   if (left_out) *left_out = 0;
   const auto& m = config.train.model;
   std::vector<Candidate> out;
   const char* systems[] = {"ted-baseline", "ted+dtd", "ted+cac", "ted+dtd+cac", "ted+dtd+cac+rs"};
   for (const auto& layout : all_layouts(gpus)) {
-    if (m.gate.experts % layout.expert || m.heads % layout.tensor || m.ffn() % layout.tensor)
+    std::string why;
+    if (m.gate.experts % layout.expert)
+      why = "Ep = " + std::to_string(layout.expert) + " does not divide the " +
+            std::to_string(m.gate.experts) + " experts";
+    else if (m.heads % layout.tensor)
+      why = "T = " + std::to_string(layout.tensor) + " does not divide the " +
+            std::to_string(m.heads) + " heads";
+    else if (m.ffn() % layout.tensor)
+      why = "T = " + std::to_string(layout.tensor) + " does not divide the FFN width " +
+            std::to_string(m.ffn());
+    if (!why.empty()) {
+      if (refused) refused->push_back({layout, "", why});
       continue;
+    }
     for (const char* name : systems) {
       auto system = parse_system(name, "search");
       if (layout.tensor == 1 && (system.dtd || system.reduce_scatter)) continue;  // no-ops
@@ -92,6 +104,12 @@ std::vector<Candidate> search(const ExperimentConfig& config, int gpus, const Cl
           layout.expert * layout.data * (system.tensor_parallel ? 1 : layout.tensor);
       if (global_batch % (config.train.data.micro_batch * data_ranks) != 0) {
         if (left_out) ++*left_out;
+        if (refused)
+          refused->push_back({layout, system.name,
+                              "micro_batch " + std::to_string(config.train.data.micro_batch) +
+                                  " x " + std::to_string(data_ranks) +
+                                  " data ranks does not divide the global batch " +
+                                  std::to_string(global_batch)});
         continue;
       }
       c.point = make_point(config, system, layout, config.train, global_batch);
@@ -182,6 +200,26 @@ CsvTable print_search(const ExperimentConfig& config, const std::vector<Candidat
     add_result(table, labelled, c.point, c.result, command);  // in rank order
   }
   return table;
+}
+
+void print_refused(const std::vector<Refused>& refused, const std::vector<Candidate>& candidates,
+                   const Cluster& cluster, int top) {
+  auto name = [](const Layout& l, const std::string& system) {
+    return std::to_string(l.tensor) + " x " + std::to_string(l.expert) + " x " +
+           std::to_string(l.data) +
+           (system.empty() ? std::string(" (every system)") : " " + system);
+  };
+  int unfit = 0;
+  for (const auto& c : candidates) {
+    if (c.fits) continue;
+    if (unfit++ == top) break;
+    std::printf("# refused: T x Ep x D %s: projected peak %.2f GB exceeds the device's %.2f GB\n",
+                name(c.point.layout, c.point.system.name).c_str(), c.peak / 1e9,
+                cluster.memory_bytes / 1e9);
+  }
+  for (const auto& r : refused)
+    std::printf("# refused: T x Ep x D %s: %s\n", name(r.layout, r.system).c_str(),
+                r.reason.c_str());
 }
 
 }  // namespace ted::experiments

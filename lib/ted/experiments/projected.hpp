@@ -39,9 +39,21 @@ struct Candidate {
   bool fits = false;
   Result result;  // project(point): the experiment's CSV row
 };
+// A layout (and system) the search refuses, and why: T does not divide the heads or the FFN,
+// Ep the experts, the data ranks the global batch; or (fits false among the candidates) its
+// projected peak exceeds the device's memory.
+struct Refused {
+  Layout layout;
+  std::string system;  // empty: every system of the layout
+  std::string reason;
+};
 std::vector<Candidate> search(const ExperimentConfig& config, int gpus,
                               const projection::Cluster& cluster, int global_batch,
-                              int* left_out = nullptr);
+                              int* left_out = nullptr, std::vector<Refused>* refused = nullptr);
+// The reasons of the refused layouts and of the candidates that do not fit, one line each
+// ("T x Ep x D system: reason"), at most `top` of the latter.
+void print_refused(const std::vector<Refused>& refused, const std::vector<Candidate>& candidates,
+                   const projection::Cluster& cluster, int top);
 // Orders candidates: fitting before not fitting, then faster first (stable).
 void rank(std::vector<Candidate>& candidates);
 

@@ -32,6 +32,7 @@ Cluster Cluster::load(const std::string& path) {
   s.add("inter.peer_overhead", &c.inter.peer_overhead);
   s.add("inter.device_bandwidth", &c.inter.device_bandwidth);
   s.add("source", &c.source);
+  s.add_read_elsewhere("curves");  // load_curves
   s.load_yaml(path);
   // No rate is guessed: a projection from a default bandwidth would look like a result.
   s.require({"name",
@@ -96,6 +97,7 @@ Cluster Cluster::load(const std::string& path) {
                         ") must divide 'devices_per_node' (" + std::to_string(c.devices_per_node) +
                         ")");
   }
+  c.curves = load_curves(path, c.devices_per_node);
   return c;
 }
 

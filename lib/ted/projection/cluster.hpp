@@ -8,6 +8,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "ted/projection/curves.hpp"
 
 namespace ted::projection {
 
@@ -57,6 +60,10 @@ struct Cluster {
   double socket_bandwidth = 0;
   Link inter;          // the node's network injection, per direction, shared by its devices
   std::string source;  // where the numbers come from
+  // Optional (key `curves`): collectives measured on this cluster, by group layout and message
+  // size (curves.hpp); a group laid as one was measured takes its time from the curve, any
+  // other from the links above.
+  std::vector<MeasuredCurve> curves;
 
   // Throws ConfigError naming the file and key.
   static Cluster load(const std::string& path);

@@ -107,6 +107,16 @@ Placement place(const Layout& layout, GroupKind kind, const Cluster& c, bool who
   return p;
 }
 
+// The cluster's measured curve for `op` on groups placed as `p`, if every member has as many
+// fellow members on its node and the cluster has a curve for that layout.
+const MeasuredCurve* measured_curve(CollectiveOp op, const Placement& p, const Cluster& c) {
+  if (c.curves.empty()) return nullptr;
+  std::set<int> per_node;
+  for (const auto& [near, far] : p.peers) per_node.insert(near + 1);
+  if (per_node.size() != 1) return nullptr;
+  return find_curve(c.curves, op, p.group_size, *per_node.begin());
+}
+
 // The ring steps of one call of `op` over n members on `nodes` nodes, and how many of them cross
 // between nodes (NCCL's count: an all-reduce is a reduce-scatter and an all-gather, 2 (n - 1)
 // steps, of which 2 (nodes - 1) cross).
@@ -128,6 +138,10 @@ double collective_time(CollectiveOp op, GroupKind group, const Traffic& x, const
   const int n = p.group_size;
   if (n <= 1 || x.calls == 0) return 0;  // a group of one moves nothing
   const double calls = static_cast<double>(x.calls);
+  // A group laid as a measured curve's (the same members, as many on each node) takes the
+  // call's time off the curve at the call's bytes (curves.hpp).
+  if (const MeasuredCurve* curve = measured_curve(op, p, c))
+    return calls * curve_time(*curve, static_cast<double>(x.bytes_sent) / calls);
   const LedgerEntry entry{op,
                           group,
                           n,
