@@ -10,6 +10,5 @@ int main(int argc, char** argv) {
       argc, argv, "ablation",
       "TED ablation: measures time per iteration (compute and communication) and the bytes "
       "and calls of each collective kind for TED-baseline, +DTD, +CAC, +both and +reduce-scatter "
-      "on one model and layout; one CSV row per system",
-      ted::experiments::ablation_plan);
+      "on one model and layout; one CSV row per system");
 }

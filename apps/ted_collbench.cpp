@@ -14,6 +14,7 @@
 #include "ted/app/app_main.hpp"
 #include "ted/backend/registry.hpp"
 #include "ted/bench/collbench_report.hpp"
+#include "ted/bench/collective_cases.hpp"
 #include "ted/core/error.hpp"
 #include "ted/run/run.hpp"
 
@@ -30,9 +31,7 @@ struct Options {
 void add_options(CLI::App& app, Options& o) {
   auto& args = o.args;
   auto& options = args.options;
-  app.add_option("-o,--op", args.op,
-                 "all_reduce, all_gather, reduce_scatter, all_to_all, all_to_all_v, broadcast")
-      ->capture_default_str();
+  app.add_option("-o,--op", args.op, ted::bench::benchmarked_collectives())->capture_default_str();
   app.add_option(
          "-g,--group", args.group,
          "world, tensor, expert, expert_data or nonexpert_data (of the --tp/--ep/--dp grid)")

@@ -71,5 +71,5 @@ int main(int argc, char** argv) {
       "The paper's validation by training: each system (DeepSpeed-MoE's layout, TED's, TED with "
       "every switch on) trains the same model on the same data from the same weights on one "
       "layout; per step and system the loss, the held-out loss, the gradient norm and the time",
-      ted::experiments::ablation_plan, {}, &trained);
+      {}, &trained);
 }

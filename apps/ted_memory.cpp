@@ -34,5 +34,5 @@ int main(int argc, char** argv) {
       "Memory: measures the peak bytes per rank by category (tracking allocator) "
       "of each layout, and the largest base model of a family within a "
       "per-rank budget, TED against DeepSpeed-MoE",
-      memory_plan, summary);
+      summary);
 }

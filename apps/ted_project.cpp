@@ -13,6 +13,9 @@
 //       --measured results/ablation/cpu.csv [--run RUN_ID]
 //       predicted against measured time per iteration, the error of every point: the latest
 //       row of each point, or the rows of one run
+//   ted_project experiment -c experiments/ablation/cpu.yaml --print-config
+//       every key's type and default, and the config's resolved values, as JSON (the DeepSpeed
+//       runner reads the first part, committed as experiments/config_schema.json)
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -42,6 +45,7 @@ struct Options {
   std::string config_path, cluster_path, csv, measured, run;
   std::vector<std::string> overrides;
   int gpus = 0, top = 20, global_batch = 0;
+  bool print_config = false;
   ted::CheckMode check;
   CLI::App *experiment = nullptr, *search = nullptr, *validate = nullptr;
 };
@@ -55,6 +59,9 @@ void add_options(CLI::App& app, Options& o) {
     sub->add_option("--cluster", o.cluster_path,
                     "cluster YAML (experiments/clusters/; default: the config's run.cluster)");
     sub->add_option("--set", o.overrides, "override a key of the experiment YAML");
+    sub->add_flag("--print-config", o.print_config,
+                  "print every key's type and default and the config's resolved values as JSON "
+                  "(experiments/config_schema.json is the first part), and nothing else");
     sub->add_option("--csv", o.csv, "CSV to append to (default under results/local/projection/)");
     sub->add_flag("--check", o.check.enabled,
                   "only validate the inputs; project and write nothing");
@@ -105,6 +112,13 @@ int main(int argc, char** argv) {
   CLI::App &experiment = *o.experiment, &search = *o.search, &validate = *o.validate;
   return ted::run_app(argc, argv, app, [&](ted::MpiSession& mpi) {
     ex::ExperimentConfig config = ex::load_config(config_path, overrides, "");
+    if (o.print_config) {
+      if (mpi.world_rank() == 0)
+        std::printf("{\"schema\": %s,\n\"values\": %s}\n",
+                    ex::ExperimentConfig{}.schema().json_schema().c_str(),
+                    config.schema().json_values().c_str());
+      return 0;
+    }
     if (cluster_path.empty()) cluster_path = config.train.run.cluster;
     if (cluster_path.empty())
       throw ted::ConfigError(config_path +

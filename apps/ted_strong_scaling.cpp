@@ -11,6 +11,5 @@ int main(int argc, char** argv) {
       argc, argv, "strong_scaling",
       "Strong scaling: measures time per iteration, tokens/s and GFLOP/s per rank of one "
       "fixed MoE model and global batch over growing rank counts; one CSV row per point and "
-      "system",
-      ted::experiments::strong_scaling_plan);
+      "system");
 }

@@ -10,6 +10,5 @@ int main(int argc, char** argv) {
       argc, argv, "weak_scaling",
       "Weak scaling: measures time per iteration, tokens/s and GFLOP/s per rank as the base "
       "model grows with the ranks (experts fixed), TED against DeepSpeed-MoE (T = 1) at each "
-      "point; one CSV row per point and system",
-      ted::experiments::sweep_plan);
+      "point; one CSV row per point and system");
 }

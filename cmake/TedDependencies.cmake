@@ -15,7 +15,7 @@ find_path(TED_CBLAS_INCLUDE_DIR cblas.h
   PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread aarch64-linux-gnu/openblas-pthread
   REQUIRED)
 # The BLAS is not linked: every program loads it at start-up, after choosing OpenBLAS's kernels
-# from the CPU's features (lib/ted/kernels/cpu/blas_library.hpp; target ted_cblas in
+# from the CPU's features (lib/ted/core/blas_library.hpp; target ted_cblas in
 # lib/CMakeLists.txt). What it loads: the shared library found, by its SONAME in the same folder
 # (libopenblas.so.0, what the dynamic linker would have loaded), so a package upgrade that keeps
 # the SONAME keeps working.
@@ -36,7 +36,7 @@ foreach(_blas_file IN LISTS BLAS_LIBRARIES)
 endforeach()
 if(NOT TED_BLAS_LIBRARY)
   message(FATAL_ERROR "the BLAS found (${BLAS_LIBRARIES}) is not a shared library: the programs "
-    "load it at start-up (lib/ted/kernels/cpu/blas_library.hpp). Install libopenblas-dev.")
+    "load it at start-up (lib/ted/core/blas_library.hpp). Install libopenblas-dev.")
 endif()
 
 # Element-wise CPU kernels run on a small thread pool (lib/ted/core/parallel.hpp).

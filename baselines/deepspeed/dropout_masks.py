@@ -7,7 +7,7 @@ it (docs/algorithm.md section 2): one hash per token row, random.hpp hash(seed, 
 layer * 3 + site, global token), then one splitmix64 mix per element of the row key xor the
 feature; the element is kept when the top 32 bits of that are at or above floor(p x 2^32), and a
 kept element is multiplied by 1 / (1 - p) rounded to the compute type. The sites and their
-features (ours' kernels, lib/ted/kernels/cpu/layers.cpp and flash_attention.hpp):
+features (ours' kernels, lib/ted/kernels/cpu/attention.cpp, elementwise.cpp and flash_attention.hpp):
 - the attention block's output and the FFN's (or MoE layer's) output, before the residual: the
   token's row, feature = the column of the h-wide output (the same on every tensor rank: full
   width after the all-reduce);

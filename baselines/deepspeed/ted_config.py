@@ -8,6 +8,7 @@ that equals it (DEEPSPEED_OF), at the point's T: DeepSpeed-TED (deepspeed_ted.py
 config with parallel.tp > 1 runs DeepSpeed-TED by its parallel.* switches.
 """
 import copy
+import json
 import math
 import os
 from pathlib import Path
@@ -21,50 +22,26 @@ class ConfigError(Exception):
     pass
 
 
-# Every key our programs accept, with its default (section -> key -> default). Keys that steer
-# only our schedule (DTD, CAC, reduce-scatter, tiles, overlap, clusters) are accepted and
-# have no DeepSpeed counterpart.
-DEFAULTS = {
-    "model": {"vocab": 64, "seq_len": 32, "hidden": 64, "heads": 4, "layers": 2, "ffn_mult": 4,
-              "experts": 4, "expert_interval": 2, "checkpoint": False, "attention": "auto",
-              "init_std": 0.02,
-              # Ours' defaults: the embedding tied to the LM head (vocabulary-parallel at T > 1),
-              # no dropout (with dropout a ted_train config draws ours' masks, dropout_masks.py;
-              # an experiment's timed points PyTorch's).
-              "tie_embeddings": True, "dropout": 0.0},
-    "gating": {"top_k": 1, "capacity_factor": 1.0, "min_capacity": 4,
-               "random_token_selection": False, "second_choice_noise": False, "dropless": False,
-               "aux_coeff": 0.01},
-    "optimizer": {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 10, "weight_decay": 0.01,
-                  "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0},
-    "data": {"source": "synthetic", "path": "", "token_bytes": 2, "noise": 0.1, "micro_batch": 4,
-             "micro_batches": 1, "global_batch": 0,
-             # megatron: the validation split, the last documents or a second prefix
-             "valid_fraction": 0.0, "valid_path": ""},
-    "training": {"steps": 100, "seed": 1234, "log_every": 1, "csv": "", "grad_dtype": "fp32",
-                 "eval_every": 0, "eval_batches": 1},
-    "routing": dict(ted_workload.DEFAULTS),  # forced workloads (ted_workload.py)
-    "parallel": {"tp": 1, "ep": 1, "dp": 0, "dtd": False, "cac": False, "cac_all_reduce": False,
-                 "reduce_scatter": False, "zero1": True, "tile_elems": 0, "split_experts": True,
-                 "overlap": 1},
-    "run": {"backend": "cpu", "dtype": "fp32", "comm": "mpi", "loss_scale": 65536.0,
-            "loss_scale_window": 1000, "cluster": "", "warmup": 1, "iters": 5, "csv": "",
-            "rounds": 1, "wait": "blocking"},
-    "layout": {"tp": 1, "ep": 1, "dp": 0},
-    "sweep": {k: [] for k in ("ranks", "tp", "ep", "hidden", "heads", "layers", "experts",
-                              "global_batch", "tile")},
-    "family": {"hidden": [], "heads": [], "layers": []},
-    "memory": {"budget_bytes": 0},
-    "largest": {"gpus": [], "max_tp": 8, "max_experts": 128},
-    # What ted_project counts for the MoE dispatch; a run is DeepSpeed's MOELayer whatever it says.
-    "projection": {"dispatch": "gather"},
-}
-TOP_LEVEL = {"experiment": "", "systems": []}
+# Every key our programs accept, its type and default: the C++ schema itself, as
+# `ted_project experiment -c <yaml> --print-config` prints it (its "schema" part, committed as
+# experiments/config_schema.json; the test config_schema holds the file to the program and this
+# module's reading of the YAMLs to the program's). Keys that steer only our schedule (DTD, CAC,
+# reduce-scatter, tiles, overlap, clusters) are accepted and have no DeepSpeed counterpart.
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "experiments/config_schema.json").read_text())
+DEFAULTS, TOP_LEVEL = {}, {}
+for _key, _entry in SCHEMA.items():
+    _default = float(_entry["default"]) if _entry["type"] == "number" else _entry["default"]
+    if "." in _key:
+        _section, _name = _key.split(".", 1)
+        DEFAULTS.setdefault(_section, {})[_name] = _default
+    else:
+        TOP_LEVEL[_key] = _default
+
 # The experiments the DeepSpeed runner runs: those experiments/registry.txt marks deepspeed yes.
 EXPERIMENTS = tuple(
     fields[0] for fields in (line.split() for line in
-                             (Path(__file__).resolve().parents[2] / "experiments/registry.txt")
-                             .read_text().splitlines())
+                             (ROOT / "experiments/registry.txt").read_text().splitlines())
     if fields and fields[0][0].isalpha() and fields[4] == "yes")
 
 
@@ -85,22 +62,27 @@ def _unique_mapping(loader, node, deep=False):
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
-def _convert(value, default, key):
-    """`value` as the type of `default`; no inf or NaN anywhere."""
-    if isinstance(default, bool):
+def _words(names):
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+
+def _convert(value, entry, key):
+    """`value` as the schema's `entry` types it; no inf or NaN anywhere."""
+    kind = entry["type"]
+    if kind == "boolean":
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         if isinstance(value, bool):
             return value
         raise ConfigError(f"key '{key}' must be true or false, got '{value}'")
-    if isinstance(default, int):
+    if kind == "integer":
         try:
             if isinstance(value, bool) or float(value) != int(float(value)):
                 raise ValueError
             return int(float(value))
         except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"key '{key}' must be an integer, got '{value}'") from None
-    if isinstance(default, float):
+    if kind == "number":
         try:
             if isinstance(value, bool):
                 raise ValueError
@@ -110,27 +92,29 @@ def _convert(value, default, key):
         if not math.isfinite(number):
             raise ConfigError(f"key '{key}' must be a finite number, got '{value}'")
         return number
-    if isinstance(default, list):
+    if kind in ("integers", "strings"):
         if isinstance(value, str):  # --set key=a,b,c as ours takes it
             value = [v.strip() for v in value.split(",")] if value.strip() else []
         if not isinstance(value, list):
             raise ConfigError(f"key '{key}' must be a list, got '{value}'")
-        if key == "systems":
-            return [str(v) for v in value]
-        return [_convert(v, 0, key) for v in value]
-    return "" if value is None else str(value)
+        if kind == "strings":  # YAML's true stays the word, as ours reads it
+            return [str(v).lower() if isinstance(v, bool) else str(v) for v in value]
+        return [_convert(v, {"type": "integer"}, key) for v in value]
+    text = "" if value is None else str(value)
+    if kind == "choice" and text not in entry["choices"]:
+        raise ConfigError(f"key '{key}' must be {_words(entry['choices'])}, got '{text}'")
+    return text
 
 
 def _set(cfg, key, value):
+    if key not in SCHEMA:
+        raise ConfigError(f"unknown key '{key}'")
+    converted = _convert(value, SCHEMA[key], key)
     if "." in key:
         section, name = key.split(".", 1)
-        if section not in DEFAULTS or name not in DEFAULTS[section]:
-            raise ConfigError(f"unknown key '{key}'")
-        cfg[section][name] = _convert(value, DEFAULTS[section][name], key)
+        cfg[section][name] = converted
     else:
-        if key not in TOP_LEVEL:
-            raise ConfigError(f"unknown key '{key}'")
-        cfg[key] = _convert(value, TOP_LEVEL[key], key)
+        cfg[key] = converted
 
 
 def _positive(cfg, keys):
@@ -241,10 +225,6 @@ def _validate(cfg):
         raise ConfigError(f"data.token_bytes must be 2 or 4, got {d['token_bytes']}")
     if not 0 <= d["noise"] <= 1:
         raise ConfigError(f"data.noise must be in [0, 1], got {d['noise']}")
-    if r["backend"] not in ("cpu", "cuda"):
-        raise ConfigError(f"run.backend must be cpu or cuda, got '{r['backend']}'")
-    if r["dtype"] not in ("fp32", "bf16", "fp16"):
-        raise ConfigError(f"run.dtype must be fp32, bf16 or fp16, got '{r['dtype']}'")
     t = cfg["training"]
     if t["eval_every"] < 0:
         raise ConfigError("training.eval_every must be at least 0 (0: never)")
@@ -268,6 +248,12 @@ def _validate(cfg):
         ted_workload.validate(cfg["routing"], m["experts"], g["top_k"])
     except ted_workload.WorkloadError as error:
         raise ConfigError(str(error)) from None
+    for key in ("sweep.workloads", "sweep.dropless", "training.save_dir", "training.resume",
+                "training.load"):
+        section, name = key.split(".")
+        if cfg[section][name]:
+            raise ConfigError(f"key '{key}': the DeepSpeed runner has no "
+                              + ("routing sweep" if section == "sweep" else "checkpoints"))
     if cfg["experiment"] and cfg["experiment"] not in EXPERIMENTS + ("memory",):
         raise ConfigError(f"unknown experiment '{cfg['experiment']}'")
 

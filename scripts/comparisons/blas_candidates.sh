@@ -43,7 +43,7 @@ g++ -O2 -fopenmp "$here/gemm_candidates.cpp" -o "$work/gemm_candidates" -ldl
 arch=$(gcc -print-multiarch)
 openblas=/usr/lib/$arch/libopenblas.so.0 blis=/usr/lib/$arch/blis-pthread/libblis.so.4
 dnnl=/usr/lib/$arch/libdnnl.so.2
-# The kernels cpuid chooses here, as the suite does (kernels/cpu/blas_library.hpp).
+# The kernels cpuid chooses here, as the suite does (core/blas_library.hpp).
 cpuid=$(TED_BLAS_CORETYPE= OPENBLAS_CORETYPE= "$TED_BUILD/apps/bench_moe_block" \
   --benchmark_filter=sgemm/tiny 2>&1 | awk -F': ' '/^blas_kernel:/ { print $2; exit }')
 asis=${OPENBLAS_CORETYPE:-}

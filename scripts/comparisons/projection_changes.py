@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The paper's projected points, a git revision's committed CSVs against the checkout's
-(scripts/project.sh writes them to results/projection/), as docs/projection_changes.md lists
+(scripts/project.sh writes them to results/projection/), as docs/history/projection_changes.md lists
 them: per experiment, every point whose time, memory or fits verdict moved, with its step time
 (s), its gradients' and total peak (GB per rank) old and new, and a line for the points that did
 not move.

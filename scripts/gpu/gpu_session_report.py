@@ -14,7 +14,7 @@ import re
 import statistics
 from pathlib import Path
 
-import gpu_report as base
+import report_common as base
 
 
 def rows_of(path):

@@ -48,11 +48,12 @@ chmod +x "$tmp/bin/sbatch"
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 venv=${TED_DEEPSPEED_VENV:-$HOME/.cache/ted/deepspeed-venv}
 
-# The commands: one per line, from the unlabelled code blocks, "\" continuations joined.
+# The commands: one per line, from the unlabelled code blocks (a labelled one, ```yaml, is
+# text), "\" continuations joined.
 commands() {
   awk 'FNR == 1 { block = 0 }
-       /^```/ { if (block) { block = 0; next } if ($0 == "```") block = 1; next }
-       block { line = line $0
+       /^```/ { if (block) { block = 0; next } block = $0 == "```" ? 1 : 2; next }
+       block == 1 { line = line $0
                if (line ~ /\\$/) { sub(/\\$/, "", line); next }
                print FILENAME "\t" line; line = "" }' "$repo/README.md" "$repo"/docs/*.md |
     sed -E 's/[[:space:]]+#.*$//' | awk -F'\t' '$2 !~ /^[[:space:]]*(#|$)/'

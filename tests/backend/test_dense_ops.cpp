@@ -7,7 +7,11 @@
 #include "backend/backend.hpp"
 #include "ted/core/random.hpp"
 #include "ted/kernels/adamw.hpp"
-#include "ted/kernels/cpu/layers.hpp"
+#include "ted/kernels/cpu/attention.hpp"
+#include "ted/kernels/cpu/elementwise.hpp"
+#include "ted/kernels/cpu/layernorm.hpp"
+#include "ted/kernels/cpu/linear.hpp"
+#include "ted/kernels/cpu/vocabulary.hpp"
 #include "ted/model/params.hpp"
 
 using namespace ted;

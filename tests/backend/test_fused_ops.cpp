@@ -7,7 +7,8 @@
 #include <cmath>
 
 #include "backend/backend.hpp"
-#include "ted/kernels/cpu/layers.hpp"
+#include "ted/kernels/cpu/attention.hpp"
+#include "ted/kernels/cpu/elementwise.hpp"
 #include "ted/model/gpt.hpp"
 
 using namespace ted;

@@ -7,8 +7,9 @@
 #include <cstdlib>
 
 #include "backend/backend.hpp"
+#include "ted/kernels/cpu/elementwise.hpp"
 #include "ted/kernels/cpu/gating.hpp"
-#include "ted/kernels/cpu/layers.hpp"
+#include "ted/kernels/cpu/linear.hpp"
 
 using namespace ted;
 using namespace ted::test;

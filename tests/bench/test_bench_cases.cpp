@@ -3,6 +3,7 @@
 #include "catch.hpp"
 
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "ted/bench/collective_bench.hpp"
@@ -85,6 +86,9 @@ TEST_CASE("every plug-in of the table: its own op, and a check that finds a wron
     INFO(ted::to_string(op));
     REQUIRE(plugin.op == op);
     if (!plugin.moves_data) continue;
+    // Its case in the suite (collbench_check_<op>, read from its file by tests/CMakeLists.txt).
+    REQUIRE(plugin.check != nullptr);
+    CHECK(std::string(plugin.check).find("--group ") == 0);
     for (int n : {1, 3, 4}) {
       auto c = plan_case(op, DataType::f32, 1000, n, n - 1);
       REQUIRE(c.bytes <= 1000);

@@ -1,5 +1,5 @@
 // The choice of the BLAS's kernels from the CPU's features (core/cpu_features.hpp,
-// kernels/cpu/blas_library.hpp), on made-up CPUs: the widest usable level needs every feature its
+// core/blas_library.hpp), on made-up CPUs: the widest usable level needs every feature its
 // kernels use, the OpenBLAS core type follows the level and never the model number, and every
 // core type OpenBLAS 0.3.21 can name maps to the instruction set of its kernels.
 #include "catch.hpp"
@@ -7,15 +7,15 @@
 #include <string>
 #include <tuple>
 
+#include "ted/core/blas_library.hpp"
 #include "ted/core/cpu_features.hpp"
-#include "ted/kernels/cpu/blas_library.hpp"
 
 namespace {
 
 using ted::CpuFeatures;
+using ted::openblas_coretype_for;
+using ted::openblas_kernel_isa;
 using ted::VectorIsa;
-using ted::kernels::cpu::openblas_coretype_for;
-using ted::kernels::cpu::openblas_kernel_isa;
 
 CpuFeatures sse3_cpu() {
   CpuFeatures f;
@@ -114,7 +114,7 @@ TEST_CASE("this CPU's features are read and described", "[cpu_features]") {
 
 TEST_CASE("the kernels asked for: the suite's knob, then the environment's if wide enough",
           "[cpu_features]") {
-  using ted::kernels::cpu::choose_coretype;
+  using ted::choose_coretype;
   CpuFeatures cpu = avx512_cpu();
   cpu.avx512_bf16 = true;
   // Nothing set: cpuid.

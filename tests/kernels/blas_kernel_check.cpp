@@ -1,4 +1,4 @@
-// The BLAS kernels this process runs against what its CPU supports (kernels/cpu/blas_library.hpp):
+// The BLAS kernels this process runs against what its CPU supports (core/blas_library.hpp):
 // exits 1 when they are below it (OpenBLAS's Prescott or Haswell kernels on an AVX-512 CPU, as a
 // BLAS that does not know the CPU's model number picks them), or when the kernels' name is not
 // one it knows; 77 (skipped) where there is nothing to compare (not x86, or a CBLAS that does not
@@ -10,10 +10,10 @@
 #include <fstream>
 #include <string>
 
+#include "ted/core/blas_library.hpp"
 #include "ted/core/cpu_features.hpp"
 #include "ted/core/error.hpp"
 #include "ted/kernels/cpu/blas.hpp"
-#include "ted/kernels/cpu/blas_library.hpp"
 
 // A variable as the process started with it (/proc/self/environ), "" when unset.
 std::string initial_variable(const std::string& name) {
@@ -30,7 +30,7 @@ int main() {
   const VectorIsa supported = ted::widest_isa(cpu);
   std::printf("cpu:  %s\n", ted::describe(cpu).c_str());
   try {
-    const auto& blas = ted::kernels::cpu::blas_library();
+    const auto& blas = ted::blas_library();
     std::printf("blas: %s\n", ted::kernels::cpu::blas_description().c_str());
     // The variable is changed only while the library loads: now it is as the process got it.
     const char* now = std::getenv("OPENBLAS_CORETYPE");

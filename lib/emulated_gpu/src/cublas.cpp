@@ -5,7 +5,7 @@
 // host's CBLAS computes C = alpha op(A) op(B) + beta C in fp32, column-major, with the same
 // operations and leading dimensions; a 16-bit C is rounded once at the end. The host's BLAS is
 // the one the CPU kernels load, with the kernels chosen for this CPU
-// (ted/kernels/cpu/blas_library.hpp).
+// (ted/core/blas_library.hpp).
 #include <cblas.h>
 #include <cublas_v2.h>
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "matrix.hpp"
-#include "ted/kernels/cpu/blas_library.hpp"
+#include "ted/core/blas_library.hpp"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -31,9 +31,9 @@ std::vector<float> product(bool ta, bool tb, int m, int n, int k, float alpha, c
   std::vector<float> c(static_cast<std::size_t>(m) * n, 0.0f);
   if (k == 0 || m == 0 || n == 0) return c;
   const std::vector<float> pa = a.packed(), pb = b.packed();
-  ted::kernels::cpu::blas_library().sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans,
-                                          tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, pa.data(),
-                                          a.rows, pb.data(), b.rows, 0.0f, c.data(), m);
+  ted::blas_library().sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans,
+                            tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, pa.data(), a.rows,
+                            pb.data(), b.rows, 0.0f, c.data(), m);
   return c;
 }
 
@@ -77,10 +77,10 @@ void run_gemm(const Gemm& g, int device) {
       continue;
     }
     if (a.type == CUDA_R_32F && c.type == CUDA_R_32F) {
-      ted::kernels::cpu::blas_library().sgemm(CblasColMajor, ta, tb, g.m, g.n, g.k, g.alpha,
-                                              static_cast<const float*>(a.data), a.ld,
-                                              static_cast<const float*>(b.data), b.ld, g.beta,
-                                              static_cast<float*>(const_cast<void*>(c.data)), c.ld);
+      ted::blas_library().sgemm(CblasColMajor, ta, tb, g.m, g.n, g.k, g.alpha,
+                                static_cast<const float*>(a.data), a.ld,
+                                static_cast<const float*>(b.data), b.ld, g.beta,
+                                static_cast<float*>(const_cast<void*>(c.data)), c.ld);
       continue;
     }
     std::vector<float> pc = product(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, b);

@@ -12,7 +12,7 @@
 // (training.grad_dtype) the T buffers themselves, each call's contribution summed in M and
 // rounded once into them (the embedding's scatter-add a table row's tokens at a time).
 //
-// Shapes and conventions are those of kernels/cpu/layers.hpp: rows are tokens, weights are
+// Shapes and conventions are those of kernels/cpu/linear.hpp: rows are tokens, weights are
 // [in, out] (y = x W + b), backward functions accumulate (+=) into parameter gradients and into
 // an input gradient named dx. Pointers are in the device's memory; counts are elements. Calls
 // are queued on the device in order; those returning a host value wait for their result.
@@ -122,7 +122,7 @@ class Ops {
   // The gate's logits x W in the master type (routing decisions are made in fp32).
   virtual void gate_logits(const T* x, const T* w, M* logits, int n, int in, int out) = 0;
   // Causal multi-head attention on qkv [batch*seq, 3h]; probs [batch, heads, seq, seq]. With
-  // `dropout` active, out = dropout(probs) v (kernels/cpu/layers.hpp: the mask's rows are the
+  // `dropout` active, out = dropout(probs) v (kernels/cpu/attention.hpp: the mask's rows are the
   // query tokens, its features (global head, key position)); probs stay undropped.
   virtual void attention_forward(const T* qkv, T* out, T* probs, int batch, int seq, int heads,
                                  int h, const kernels::DropoutKey& dropout) = 0;

@@ -51,6 +51,14 @@ int halfwidth_for(const CollectivePlugin& plugin, DataType dtype, int group_size
 
 }  // namespace
 
+std::string benchmarked_collectives() {
+  std::string names;
+  for (const CollectivePlugin* plugin : kPlugins)
+    if (plugin->moves_data)
+      names += (names.empty() ? "" : ", ") + std::string(to_string(plugin->op));
+  return names;
+}
+
 const CollectivePlugin& collective_plugin(CollectiveOp op) {
   const CollectivePlugin* plugin = kPlugins.at(static_cast<std::size_t>(op));
   TED_CHECK(plugin->op == op, "kPlugins is out of CollectiveOp's order");

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ted/comm/communicator.hpp"
@@ -66,5 +67,9 @@ void run_case_raw_mpi(const CollectiveCase& c, MPI_Comm comm, const void* send, 
 // nccl-tests: busbw = algbw * factor, factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
 // reduce-scatter and all-to-all, 1 for broadcast.
 double bus_factor(CollectiveOp op, int group_size);
+
+// The collectives the benchmark runs (every plug-in that moves data), in CollectiveOp's order,
+// as --op names them: "all_reduce, all_gather, ...".
+std::string benchmarked_collectives();
 
 }  // namespace ted::bench

@@ -24,6 +24,9 @@ struct CollectivePlugin {
   bool reduces;     // sums group_size values: the pattern narrows so every sum stays exact
   bool has_root;    // --root names a rank of the group
   bool in_place;    // the result overwrites the send buffer, which is where the check reads it
+  // The suite's check of it, test collbench_check_<op> (4 ranks, every element checked): its
+  // --group, -d and grid options, read from this file by tests/CMakeLists.txt; null: none.
+  const char* check;
 
   // Sets send_elements and recv_elements (and any per-peer counts) from elements and chunk.
   void (*size_buffers)(CollectiveCase& c);

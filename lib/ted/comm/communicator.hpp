@@ -159,4 +159,20 @@ class Communicator {
   PendingTime* timer_ = nullptr;  // the recorded collective being issued, if timed on the device
 };
 
+// The backends' overrides of every do_* call, declared once: each backend's class says
+// TED_COMMUNICATOR_OVERRIDES under `protected:` and defines them in its .cpp.
+#define TED_COMMUNICATOR_OVERRIDES                                                                 \
+  void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) \
+      override;                                                                                    \
+  void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;    \
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype)          \
+      override;                                                                                    \
+  void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;    \
+  std::unique_ptr<PendingCollective> do_all_to_all_start(                                          \
+      const void* send, void* recv, std::size_t count, DataType dtype) override;                   \
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,     \
+                       std::span<const std::size_t> recv_counts, DataType dtype) override;         \
+  void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override;           \
+  void do_barrier() override;
+
 }  // namespace ted

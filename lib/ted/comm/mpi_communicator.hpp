@@ -65,19 +65,9 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key, GroupKind group) const override;
 
  protected:
-  void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
-                     ReduceOp op) override;
-  void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override;
-  void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;
-  // MPI_Ialltoall; wait() is MPI_Wait and progress() MPI_Test, on the calling (main) thread.
-  std::unique_ptr<PendingCollective> do_all_to_all_start(const void* send, void* recv,
-                                                         std::size_t count,
-                                                         DataType dtype) override;
-  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
-                       std::span<const std::size_t> recv_counts, DataType dtype) override;
-  void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override;
-  void do_barrier() override;
+  // do_all_to_all_start: MPI_Ialltoall; wait() is MPI_Wait and progress() MPI_Test, on the
+  // calling (main) thread.
+  TED_COMMUNICATOR_OVERRIDES
 
  private:
   MPI_Comm comm_;

@@ -40,22 +40,12 @@ class StagedMpiCommunicator final : public Communicator {
   void give_back(HostPair pair);
 
  protected:
-  void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
-                     ReduceOp op) override;
-  void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override;
-  void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;
-  // Copies the send buffer to host memory and starts MPI_Ialltoall there; wait() finishes the
-  // transfer and copies the result to the device. The host buffers are a pair of the pending
-  // collective's own (several may be in flight), not the staging buffers below, which the
-  // blocking calls reuse; the pair goes back to this communicator when the transfer is done.
-  std::unique_ptr<PendingCollective> do_all_to_all_start(const void* send, void* recv,
-                                                         std::size_t count,
-                                                         DataType dtype) override;
-  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
-                       std::span<const std::size_t> recv_counts, DataType dtype) override;
-  void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override;
-  void do_barrier() override;
+  // do_all_to_all_start copies the send buffer to host memory and starts MPI_Ialltoall there;
+  // wait() finishes the transfer and copies the result to the device. The host buffers are a
+  // pair of the pending collective's own (several may be in flight), not the staging buffers
+  // below, which the blocking calls reuse; the pair goes back to this communicator when the
+  // transfer is done.
+  TED_COMMUNICATOR_OVERRIDES
 
  private:
   // A grow-only host buffer of the device.

@@ -47,6 +47,34 @@ std::string number_text(double value) {
   return out.str();
 }
 
+std::vector<std::string> precision_names(const std::vector<DataType>& types) {
+  std::vector<std::string> names;
+  for (DataType d : types) names.emplace_back(precision_name(d));
+  return names;
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// A list's text ("a,b,c", as print gives it) as a JSON array, its items quoted when `quote`.
+std::string json_list(const std::string& text, bool quote) {
+  std::string out = "[";
+  for (std::size_t start = 0; !text.empty();) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    out += (start ? ", " : "") + (quote ? json_string(item) : item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 void ConfigSchema::add_entry(const std::string& key, Entry entry) {
@@ -56,23 +84,27 @@ void ConfigSchema::add_entry(const std::string& key, Entry entry) {
 void ConfigSchema::add(const std::string& key, int* target) {
   add_entry(key, {"an integer", [target](const std::string& t) { return parse_integer(t, target); },
                   [target] { return std::to_string(*target); }});
+  entries_[key].kind = "integer";
 }
 
 void ConfigSchema::add(const std::string& key, std::int64_t* target) {
   add_entry(key, {"an integer", [target](const std::string& t) { return parse_integer(t, target); },
                   [target] { return std::to_string(*target); }});
+  entries_[key].kind = "integer";
 }
 
 void ConfigSchema::add(const std::string& key, std::uint64_t* target) {
   add_entry(key, {"a non-negative integer",
                   [target](const std::string& t) { return parse_integer(t, target); },
                   [target] { return std::to_string(*target); }});
+  entries_[key].kind = "integer";
 }
 
 void ConfigSchema::add(const std::string& key, double* target) {
   add_entry(key,
             {"a finite number", [target](const std::string& t) { return parse_double(t, target); },
              [target] { return number_text(*target); }});
+  entries_[key].kind = "number";
 }
 
 void ConfigSchema::add(const std::string& key, bool* target) {
@@ -83,6 +115,7 @@ void ConfigSchema::add(const std::string& key, bool* target) {
                     return false;
                   },
                   [target] { return std::string(*target ? "true" : "false"); }});
+  entries_[key].kind = "boolean";
 }
 
 void ConfigSchema::add_choice(const std::string& key, std::vector<std::string> names,
@@ -97,6 +130,8 @@ void ConfigSchema::add_choice(const std::string& key, std::vector<std::string> n
                     return false;
                   },
                   [names, get] { return names[static_cast<std::size_t>(get())]; }});
+  entries_[key].kind = "choice";
+  entries_[key].choices = names;
 }
 
 void ConfigSchema::add(const std::string& key, DataType* target, std::vector<DataType> accepted) {
@@ -113,11 +148,14 @@ void ConfigSchema::add(const std::string& key, DataType* target, std::vector<Dat
                     return false;
                   },
                   [target] { return std::string(precision_name(*target)); }});
+  entries_[key].kind = "choice";
+  entries_[key].choices = precision_names(accepted);
 }
 
 void ConfigSchema::add(const std::string& key, std::string* target) {
   add_entry(key, {"a string", [target](const std::string& t) { return *target = t, true; },
                   [target] { return *target; }});
+  entries_[key].kind = "string";
 }
 
 void ConfigSchema::add_read_elsewhere(const std::string& key) {
@@ -130,6 +168,7 @@ void ConfigSchema::add_read_elsewhere(const std::string& key) {
 void ConfigSchema::add_path(const std::string& key, std::string* target) {
   add(key, target);
   entries_[key].path = true;
+  entries_[key].kind = "path";
 }
 
 void ConfigSchema::add_prefix(const std::string& key, std::string* target,
@@ -166,6 +205,7 @@ void ConfigSchema::add(const std::string& key, std::vector<int>* target) {
               }};
   entry.list = true;
   add_entry(key, entry);
+  entries_[key].kind = "integers";
 }
 
 void ConfigSchema::add(const std::string& key, std::vector<std::string>* target) {
@@ -194,6 +234,7 @@ void ConfigSchema::add(const std::string& key, std::vector<std::string>* target)
               }};
   entry.list = true;
   add_entry(key, entry);
+  entries_[key].kind = "strings";
 }
 
 void ConfigSchema::set_value(const std::string& key, const std::string& text,
@@ -323,6 +364,37 @@ void ConfigSchema::load_yaml(const std::string& path) {
     }
   };
   walk(root, "");
+}
+
+std::string ConfigSchema::json_value(const Entry& entry) {
+  const std::string text = entry.print();
+  if (entry.kind == "integer" || entry.kind == "number" || entry.kind == "boolean") return text;
+  if (entry.kind == "integers") return json_list(text, false);
+  if (entry.kind == "strings") return json_list(text, true);
+  return json_string(text);
+}
+
+std::string ConfigSchema::json_schema() const {
+  std::string out = "{";
+  for (const auto& [key, entry] : entries_) {
+    out += (out.size() > 1 ? ",\n " : "\n ") + json_string(key) +
+           ": {\"type\": " + json_string(entry.kind);
+    if (!entry.choices.empty()) {
+      out += ", \"choices\": [";
+      for (std::size_t i = 0; i < entry.choices.size(); ++i)
+        out += (i ? ", " : "") + json_string(entry.choices[i]);
+      out += "]";
+    }
+    out += ", \"default\": " + json_value(entry) + "}";
+  }
+  return out + "\n}";
+}
+
+std::string ConfigSchema::json_values() const {
+  std::string out = "{";
+  for (const auto& [key, entry] : entries_)
+    out += (out.size() > 1 ? ",\n " : "\n ") + json_string(key) + ": " + json_value(entry);
+  return out + "\n}";
 }
 
 std::vector<std::string> ConfigSchema::dump() const {

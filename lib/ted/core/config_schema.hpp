@@ -70,6 +70,12 @@ class ConfigSchema {
 
   // "key=value" for every key, in key order (for logs and CSV sidecars).
   std::vector<std::string> dump() const;
+  // Every key as JSON, in key order, one a line: its type (integer, number, boolean, string,
+  // path, choice with its "choices", integers, strings) and its value now as "default" (a fresh
+  // config's schema is the defaults); json_values: each key's value alone. What --print-config
+  // prints, and what the Python side reads (experiments/config_schema.json).
+  std::string json_schema() const;
+  std::string json_values() const;
 
   // Whether the YAML or an override gave `key`.
   bool given(const std::string& key) const;
@@ -86,7 +92,10 @@ class ConfigSchema {
     bool path = false;
     bool elsewhere = false;   // add_read_elsewhere
     std::string suffix = "";  // a prefix's: the path matches where <path><suffix> exists
+    std::string kind = "";    // json_schema's type
+    std::vector<std::string> choices = {};
   };
+  static std::string json_value(const Entry& entry);
   void add_entry(const std::string& key, Entry entry);
   std::map<std::string, Entry> entries_;
   std::set<std::string> given_;

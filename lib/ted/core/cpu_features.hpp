@@ -1,6 +1,6 @@
 // What this CPU's vector units can run, read from cpuid and from the vector state the operating
 // system saves (xgetbv), never from the CPU's model number: a BLAS that picks its kernels by
-// model falls back to old ones on a CPU released after it (kernels/cpu/blas_library.hpp chooses
+// model falls back to old ones on a CPU released after it (core/blas_library.hpp chooses
 // by these features instead, and the blas_kernel test checks the kernels in use against them).
 #pragma once
 

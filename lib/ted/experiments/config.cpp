@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ted/core/error.hpp"
+#include "ted/model/exchange_plan.hpp"
 #include "ted/routing/workload.hpp"
 
 namespace ted::experiments {
@@ -95,8 +96,14 @@ System parse_system(const std::string& name, const std::string& where) {
     // ted+overlap[N] alone is ted (DTD + CAC) with the overlap, as the ablation compares them.
     if (s.overlap != 1 && !s.dtd && !s.cac && !s.reduce_scatter && !s.tile && s.dtype.empty())
       s.dtd = s.cac = true;
-    if (s.reduce_scatter && !s.dtd)
-      throw ConfigError(where + ": system '" + name + "': rs needs dtd");
+    try {
+      model::ExchangeSwitches switches;
+      switches.dtd = s.dtd;
+      switches.reduce_scatter = s.reduce_scatter;
+      model::check_exchange_switches(switches);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + ": system '" + name + "' (rs needs dtd): " + e.what());
+    }
   } else {
     throw ConfigError(where + ": unknown system '" + name +
                       "' (expected deepspeed-moe, ted-baseline, ted, or ted+dtd/+cac/+rs/"

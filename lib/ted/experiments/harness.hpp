@@ -39,5 +39,12 @@ struct TrainedPoints {
 int experiment_main(int argc, char** argv, const std::string& experiment,
                     const std::string& description, const Planner& planner,
                     const Summary& summary = {}, const TrainedPoints* trained = nullptr);
+// The same with the experiment's planner from plans.cpp's table (plan_for).
+inline int experiment_main(int argc, char** argv, const std::string& experiment,
+                           const std::string& description, const Summary& summary = {},
+                           const TrainedPoints* trained = nullptr) {
+  return experiment_main(argc, argv, experiment, description, plan_for(experiment), summary,
+                         trained);
+}
 
 }  // namespace ted::experiments

@@ -1,6 +1,8 @@
 #include "ted/experiments/plans.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <string>
 
 #include "ted/core/error.hpp"
 #include "ted/model/gpt.hpp"
@@ -87,6 +89,10 @@ bool fixed_layout(const ExperimentConfig& config, const std::string& where, int 
   return false;
 }
 
+// The sweep points of weak and strong scaling and of the memory experiment's layouts: one
+// layout per entry of sweep.ranks / sweep.tp / sweep.ep, the model changed by sweep.hidden /
+// heads / layers where given, every system at every point. Points needing more ranks than
+// launched are skipped with a line.
 Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
   auto fail = [&](const std::string& what) { throw ConfigError(where + ": " + what); };
   const auto& ranks = config.sweep_ranks;
@@ -141,6 +147,9 @@ Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int wo
   return plan;
 }
 
+// The other experiments' plans: the ablation (every system on layout.*), strong scaling (the
+// sweep with the whole step's data.micro_batches shared by the data-parallel ranks), memory
+// (the sweep's layouts plus the family within memory.budget_bytes on layout.*).
 Plan ablation_plan(const ExperimentConfig& config, const std::string& where, int world_size) {
   Plan plan;
   Layout layout;
@@ -312,14 +321,32 @@ Plan routing_sweep(Plan plan, const ExperimentConfig& config, const std::string&
   return plan;
 }
 
+namespace {
+
+// Every experiment's planner, by the name experiments/registry.txt gives it: the one list of
+// them (its program and plan_for both read it; convergence trains every system on layout.*).
+struct NamedPlanner {
+  const char* name;
+  Plan (*planner)(const ExperimentConfig& config, const std::string& where, int world_size);
+};
+constexpr NamedPlanner kPlanners[] = {
+    {"ablation", ablation_plan},
+    {"weak_scaling", sweep_plan},
+    {"strong_scaling", strong_scaling_plan},
+    {"memory", memory_plan},
+    {"convergence", ablation_plan},
+};
+
+}  // namespace
+
 Planner plan_for(const std::string& experiment) {
-  if (experiment == "ablation") return ablation_plan;
-  if (experiment == "weak_scaling") return sweep_plan;
-  if (experiment == "strong_scaling") return strong_scaling_plan;
-  if (experiment == "memory") return memory_plan;
-  if (experiment == "convergence") return ablation_plan;  // every system on layout.*
-  throw ConfigError("unknown experiment '" + experiment +
-                    "' (expected ablation, weak_scaling, strong_scaling, memory or convergence)");
+  std::string names;
+  const std::size_t count = std::size(kPlanners);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (experiment == kPlanners[i].name) return kPlanners[i].planner;
+    names += (i == 0 ? "" : i + 1 == count ? " or " : ", ") + std::string(kPlanners[i].name);
+  }
+  throw ConfigError("unknown experiment '" + experiment + "' (expected " + names + ")");
 }
 
 }  // namespace ted::experiments

@@ -43,18 +43,8 @@ using Planner =
 bool fixed_layout(const ExperimentConfig& config, const std::string& where, int world_size,
                   Layout* layout, std::vector<std::string>* skipped);
 
-// The sweep points of weak and strong scaling and of the memory experiment's layouts: one
-// layout per entry of sweep.ranks / sweep.tp / sweep.ep, the model changed by sweep.hidden /
-// heads / layers where given, every system at every point. Points needing more ranks than
-// launched are skipped with a line.
-Plan sweep_plan(const ExperimentConfig& config, const std::string& where, int world_size);
-
-// The other experiments' plans: the ablation (every system on layout.*), strong scaling (the
-// sweep with the whole step's data.micro_batches shared by the data-parallel ranks), memory
-// (the sweep's layouts plus the family within memory.budget_bytes on layout.*).
-Plan ablation_plan(const ExperimentConfig& config, const std::string& where, int world_size);
-Plan strong_scaling_plan(const ExperimentConfig& config, const std::string& where, int world_size);
-Plan memory_plan(const ExperimentConfig& config, const std::string& where, int world_size);
+// The planner of an experiment (a YAML's `experiment:`, a program's name) from the one table of
+// {name, planner} in plans.cpp; ConfigError naming the known ones for another name.
 Planner plan_for(const std::string& experiment);
 
 // The routing sweep, crossed with a plan's points: every point once per entry of

@@ -152,7 +152,7 @@ CsvColumns<ResultRow> make_columns() {
   straggler("straggler_comm_ms", &Result::straggler_comm_ms);
   straggler("straggler_all_to_all_ms", &Result::straggler_all_to_all_ms);
   straggler("rank_compute_ms_mean", &Result::rank_compute_ms_mean);
-  // The host's BLAS and the kernels it ran (kernels/cpu/blas_library.hpp): a CPU row's times
+  // The host's BLAS and the kernels it ran (core/blas_library.hpp): a CPU row's times
   // depend on them. Empty in a projected row (nothing ran).
   c.add("blas", [](R x) { return or_empty(ran(x), CsvField(kernels::cpu::blas_name())); });
   c.add("blas_kernel", [](R x) { return or_empty(ran(x), CsvField(kernels::cpu::blas_kernel())); });

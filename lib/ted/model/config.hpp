@@ -1,5 +1,7 @@
 // The shape of the MoE GPT (docs/algorithm.md section 1) and its gating, with the rules a config
-// must keep. Key names match the YAML keys of the training driver (model.*, gating.*).
+// must keep. Each field is a key of the training config (train/train_config.cpp binds them):
+// model.* (model.experts in gate.experts), gating.* and routing.* (gate), and training.seed and
+// training.grad_dtype.
 #pragma once
 
 #include <cstdint>

@@ -98,25 +98,23 @@ constexpr std::int32_t kEveryRow = std::numeric_limits<std::int32_t>::max();
 
 }  // namespace
 
-ExchangePlan plan_exchange(int experts, int hidden, int ffn_local, const ExchangeSetup& setup,
-                           int capacity) {
-  return exchange_plan(experts, hidden, ffn_local, size_of(setup.expert), size_of(setup.tensor),
-                       rank_of(setup.tensor), setup.switches, capacity);
+ExchangePlan ExchangeSetup::plan(int experts, int hidden, int ffn, int capacity) const {
+  return exchange_plan(experts, hidden, ffn, size_of(expert), size_of(tensor), rank_of(tensor),
+                       switches, capacity);
 }
 
-int agreed_capacity(int experts, int hidden, int ffn_local, const ExchangeSetup& setup,
-                    bool dropless, int routed, std::size_t stashed) {
-  if (!dropless || !setup.expert) return routed;
+int agreed_capacity(const ExchangePlan& routed, const ExchangeSetup& setup, bool dropless,
+                    std::size_t stashed) {
+  if (!dropless || !setup.expert) return routed.C;
   if (setup.reuse_stash) {  // the stash is [E, sent capacity, h]
-    const auto sent = static_cast<int>(stashed / (static_cast<std::size_t>(experts) * hidden));
-    const bool slicing = plan_exchange(experts, hidden, ffn_local, setup, routed).slicing;
-    const int capacity = slicing ? sent * size_of(setup.tensor) : sent;
-    TED_CHECK(capacity >= routed, "CAC recompute: the stash has fewer slots than the routing");
+    const auto sent = static_cast<int>(stashed / (static_cast<std::size_t>(routed.E) * routed.h));
+    const int capacity = routed.slicing ? sent * routed.T : sent;
+    TED_CHECK(capacity >= routed.C, "CAC recompute: the stash has fewer slots than the routing");
     return capacity;
   }
   TED_CHECK(setup.expert_control != nullptr,
             "dropless gating over an expert group needs its control communicator");
-  int agreed = routed;
+  int agreed = routed.C;
   setup.expert_control->all_reduce(&agreed, &agreed, 1, DataType::i32, ReduceOp::max);
   return agreed;
 }

@@ -42,7 +42,7 @@ namespace ted::model {
 // What the exchange runs over. The communicators carry device buffers, except expert_control.
 struct ExchangeSetup {
   Communicator* expert = nullptr;  // all-to-alls (size Ep); null: Ep = 1
-  Communicator* tensor = nullptr;  // expert tensor parallelism and DTD (size T); null: T = 1
+  Communicator* tensor = nullptr;  // tensor parallelism (experts', DTD) (size T); null: T = 1
   // The expert group's host MPI communicator (TedGroups::control), outside the ledger: for the
   // dropless capacity the group agrees on, and for the slots each routing filled per expert.
   // Needed with `expert` and dropless; without it the experts run on every slot.
@@ -51,22 +51,22 @@ struct ExchangeSetup {
   bool keep_stash = false;       // CAC, first forward: keep the all-to-all outputs
   bool reuse_stash = false;      // CAC, recompute: use them instead of communicating
   bool stash_reduction = false;  // CAC also keeps the expert output's tensor reduction
+
+  // The plan of a layer of `experts` experts of FFN width `ffn` (f, whole) on `hidden` over
+  // these groups, at a routing capacity of `capacity` (this rank's tensor rank).
+  ExchangePlan plan(int experts, int hidden, int ffn, int capacity) const;
 };
 
-// The plan of a layer of `experts` experts of width `ffn_local` on `hidden` over `setup`'s
-// groups, at a routing capacity of `capacity` (this rank's tensor rank).
-ExchangePlan plan_exchange(int experts, int hidden, int ffn_local, const ExchangeSetup& setup,
-                           int capacity);
-
 // The capacity the exchange's buffers are sized by, the same on every member of the expert
-// group, whose all-to-alls move equal blocks. With drops it is the routing's (`routed`).
-// Dropless, each routing took its own largest load, so the group agrees on the largest; a
-// larger capacity only adds empty slots, so every routing stands as it is. The tensor ranks
-// route the same tokens, and their expert groups hold the same micro-batches, so every expert
-// group of a tensor group agrees on the same value and DTD's slices line up. Under CAC the
-// recompute finds the forward's from its stash of `stashed` elements, without communicating.
-int agreed_capacity(int experts, int hidden, int ffn_local, const ExchangeSetup& setup,
-                    bool dropless, int routed, std::size_t stashed);
+// group, whose all-to-alls move equal blocks; `routed` is the layer's plan at the routing's
+// capacity. With drops it is the routing's. Dropless, each routing took its own largest load, so
+// the group agrees on the largest; a larger capacity only adds empty slots, so every routing
+// stands as it is. The tensor ranks route the same tokens, and their expert groups hold the same
+// micro-batches, so every expert group of a tensor group agrees on the same value and DTD's
+// slices line up. Under CAC the recompute finds the forward's from its stash of `stashed`
+// elements, without communicating.
+int agreed_capacity(const ExchangePlan& routed, const ExchangeSetup& setup, bool dropless,
+                    std::size_t stashed);
 
 // Per block of this rank's expert rows [Ep sources, El local experts]: the slots that source's
 // routing filled for that expert (`kept`, Routing::kept, [E]), shared in the expert group over

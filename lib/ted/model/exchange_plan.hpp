@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "ted/core/error.hpp"
+
 namespace ted::model {
 
 // The switches that shape the exchange (train::ParallelConfig's keys of the same names).
@@ -35,7 +37,18 @@ struct ExchangePlan {
   bool slicing = false;         // on a real tensor group the all-to-alls carry slice t only
   bool split = true;            // experts tensor-parallel (else whole experts on the slice)
   bool reduce_scatter = false;  // the expert output reduce-scattered (slicing and split)
+  int overlap = 1;              // the chunks asked for (ExchangeSwitches::overlap)
   int chunks = 1;               // the overlap asked for, at most one per sent capacity row
+
+  // The same layer's plan at another capacity (the dropless capacity the expert group agrees on).
+  ExchangePlan at_capacity(int capacity) const {
+    ExchangePlan p = *this;
+    p.C = capacity;
+    p.Cp = slicing ? (capacity + T - 1) / T * T : capacity;
+    p.Cs = slicing ? p.Cp / T : p.Cp;
+    p.chunks = std::max(1, std::min(overlap, p.sent_capacity()));
+    return p;
+  }
 
   std::size_t blocks() const { return static_cast<std::size_t>(Ep) * El; }  // = E
   int sent_capacity() const { return slicing ? Cs : Cp; }
@@ -64,10 +77,10 @@ struct ExchangePlan {
   }
 };
 
-// The plan of a layer of `experts` experts of width `ffn_local` (f/T, or f when not split) on
-// hidden size `hidden`, for tensor rank `tensor_rank` of `tensor_ranks` and `expert_ranks`
-// expert ranks, at a routing capacity of `capacity`.
-inline ExchangePlan exchange_plan(int experts, int hidden, int ffn_local, int expert_ranks,
+// The plan of a layer of `experts` experts of FFN width `ffn` (f, the whole: the plan takes this
+// rank's share) on hidden size `hidden`, for tensor rank `tensor_rank` of `tensor_ranks` and
+// `expert_ranks` expert ranks, at a routing capacity of `capacity`.
+inline ExchangePlan exchange_plan(int experts, int hidden, int ffn, int expert_ranks,
                                   int tensor_ranks, int tensor_rank, const ExchangeSwitches& s,
                                   int capacity) {
   ExchangePlan p;
@@ -77,15 +90,19 @@ inline ExchangePlan exchange_plan(int experts, int hidden, int ffn_local, int ex
   p.T = tensor_ranks;
   p.t = tensor_rank;
   p.h = hidden;
-  p.f = ffn_local;
-  p.C = capacity;
   p.split = experts_split(s, p.T);
+  p.f = p.split ? ffn / p.T : ffn;
   p.slicing = (s.dtd || !p.split) && p.T > 1;
   p.reduce_scatter = p.slicing && p.split && s.reduce_scatter;
-  p.Cp = p.slicing ? (capacity + p.T - 1) / p.T * p.T : capacity;
-  p.Cs = p.slicing ? p.Cp / p.T : p.Cp;
-  p.chunks = std::max(1, std::min(s.overlap, p.sent_capacity()));
-  return p;
+  p.overlap = s.overlap;
+  return p.at_capacity(capacity);
+}
+
+// ConfigError when the switches contradict each other: the one place this rule is written
+// (the model's layout check and the experiments' system names both ask it).
+inline void check_exchange_switches(const ExchangeSwitches& s) {
+  if (s.reduce_scatter && !s.dtd)
+    throw ConfigError("the reduce-scatter switch works on DTD's slices: turn dtd on with it");
 }
 
 }  // namespace ted::model

@@ -29,8 +29,7 @@ void check_layout(const ModelConfig& config, int tensor, int expert,
   if (f % tensor != 0)
     throw ConfigError("the FFN width model.ffn_mult * model.hidden (" + std::to_string(f) +
                       ") must be divisible by T (" + std::to_string(tensor) + ")");
-  if (exchange.reduce_scatter && !exchange.dtd)
-    throw ConfigError("the reduce-scatter switch works on DTD's slices: turn dtd on with it");
+  check_exchange_switches(exchange);
   if (cac_all_reduce && !cac)
     throw ConfigError("cac_all_reduce extends cac: turn cac (and checkpointing) on with it");
   if (cac && !config.checkpoint)
@@ -42,16 +41,18 @@ GptModel<T>::GptModel(const ModelConfig& config, Device& device, const ModelPara
     : config_(config), device_(device), ops_(make_ops<T>(device)), parallel_(parallel) {
   config_.validate();
   dropout_ = config_.dropout;
-  if (parallel_.tensor) T_ = parallel_.tensor->size(), t_ = parallel_.tensor->rank();
-  if (parallel_.expert) Ep_ = parallel_.expert->size(), e_ = parallel_.expert->rank();
-  check_layout(config_, T_, Ep_, parallel_.exchange, parallel_.cac, parallel_.cac_all_reduce);
+  ExchangeSetup& x = parallel_.exchange;
+  if (x.tensor) T_ = x.tensor->size(), t_ = x.tensor->rank();
+  if (x.expert) Ep_ = x.expert->size(), e_ = x.expert->rank();
+  if (T_ == 1) x.tensor = nullptr;  // a group of one: nothing to communicate
+  if (Ep_ == 1) x.expert = x.expert_control = nullptr;
+  check_layout(config_, T_, Ep_, x.switches, parallel_.cac, parallel_.cac_all_reduce);
   // 16-bit gradients are the weights' own type (the kernels round once into it).
   gradient_type(dtype_of<T>::value, config_.grad_dtype);  // ConfigError unless it can be
   resolve_attention();
 
   // Every tensor's spec for this rank (gpt_params.hpp), in id order; the ids by name.
-  const GptParamSpecs specs =
-      gpt_param_specs(config_, {T_, t_, Ep_, e_, parallel_.exchange.split_experts});
+  const GptParamSpecs specs = gpt_param_specs(config_, {T_, t_, Ep_, e_, x.switches.split_experts});
   for (const ParamSpec& spec : specs.specs) params_.add(spec);
   tok_emb_ = specs.id("tok_emb");
   pos_emb_ = specs.id("pos_emb");
@@ -128,11 +129,7 @@ MoeParams<T> GptModel<T>::moe_params(const BlockIds& ids) const {
 
 template <typename T>
 ExchangeSetup GptModel<T>::exchange_setup(bool recompute) const {
-  ExchangeSetup x;
-  x.expert = Ep_ > 1 ? parallel_.expert : nullptr;
-  x.expert_control = Ep_ > 1 ? parallel_.expert_control : nullptr;
-  x.tensor = T_ > 1 ? parallel_.tensor : nullptr;
-  x.switches = parallel_.exchange;
+  ExchangeSetup x = parallel_.exchange;
   x.keep_stash = parallel_.cac && !recompute;
   x.reuse_stash = parallel_.cac && recompute;
   x.stash_reduction = parallel_.cac_all_reduce && T_ > 1;  // nothing to reduce on one rank
@@ -141,7 +138,7 @@ ExchangeSetup GptModel<T>::exchange_setup(bool recompute) const {
 
 template <typename T>
 void GptModel<T>::tensor_all_reduce(T* data, std::size_t count) {
-  if (T_ > 1) parallel_.tensor->all_reduce(data, data, count, dtype_of<T>::value);
+  if (T_ > 1) parallel_.exchange.tensor->all_reduce(data, data, count, dtype_of<T>::value);
 }
 
 template <typename T>
@@ -163,110 +160,152 @@ void GptModel<T>::reduced_output(T* out, std::size_t count, Tensor<T>& stash, bo
   }
 }
 
+template <typename T>
+typename GptModel<T>::Dims GptModel<T>::dims() const {
+  Dims d;
+  d.N = tokens_;
+  d.h = config_.hidden;
+  d.S = config_.seq_len;
+  d.B = batch_.sequences;
+  d.hl = d.h / T_;
+  d.Hl = config_.heads / T_;
+  d.fl = config_.ffn() / T_;
+  d.Nh = static_cast<std::size_t>(d.N) * d.h;
+  return d;
+}
+
+template <typename T>
+MoeShape GptModel<T>::moe_shape() const {
+  return {group_sequences_ * config_.seq_len, config_.hidden, config_.ffn(), config_.gate.experts};
+}
+
+// A row-parallel layer's output (proj, fc2): out = residual + dropout(in W + b), in [N, k], the
+// partial products summed over the tensor group before the (replicated) bias. One fused op (the
+// GEMM, its bias and the skip) where nothing comes between them.
+template <typename T>
+void GptModel<T>::row_parallel_output(const T* in, int w, int b, const T* residual, T* out, int k,
+                                      Tensor<T>& stash, bool recompute,
+                                      const kernels::DropoutKey& key) {
+  const Dims d = dims();
+  Ops<T>& ops = *ops_;
+  if (T_ == 1 && !key.active()) {
+    ops.linear_residual_forward(in, params_.value(w), params_.value(b), residual, out, d.N, k, d.h);
+    return;
+  }
+  reduced_output(out, d.Nh, stash, recompute, [&](T* partial) {
+    ops.linear_forward(in, params_.value(w), nullptr, partial, d.N, k, d.h);
+  });
+  if (key.active())
+    ops.bias_dropout_residual(out, params_.value(b), residual, d.N, d.h, key);
+  else
+    ops.add_bias_residual(out, params_.value(b), residual, d.N, d.h);
+}
+
 // Megatron tensor parallelism: qkv and fc1 column-parallel (this rank's heads, its f/T), proj
 // and fc2 row-parallel; their partial outputs are all-reduced in the tensor group before the
-// (replicated) bias is added.
+// (replicated) bias is added. Dropout redraws its masks from their keys, so the recompute of a
+// checkpointed block drops what its forward dropped.
 template <typename T>
 void GptModel<T>::block_forward(int layer, const T* x, T* out, BlockActs& a, bool recompute) {
   const BlockIds& ids = blocks_[layer];
-  const int N = tokens_, h = config_.hidden, S = config_.seq_len, B = batch_.sequences;
-  const int hl = h / T_, Hl = config_.heads / T_, fl = config_.ffn() / T_;
-  const std::size_t Nh = static_cast<std::size_t>(N) * h;
+  const Dims d = dims();
+  double flops = attention_forward(layer, x, a, recompute);  // a.mid = x + attention
+  a.ln2 = Tensor<T>(device_, d.Nh);
+  a.ln2_mean = Tensor<M>(device_, d.N);
+  a.ln2_rstd = Tensor<M>(device_, d.N);
+  ops_->layernorm_forward(a.mid.data(), params_.value(ids.ln2_g), params_.value(ids.ln2_b),
+                          a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), d.N, d.h);
+  if (ids.moe)
+    moe_block_forward(layer, out, a, recompute, flops);
+  else
+    flops += dense_ffn_forward(layer, out, a, recompute);
+  last_forward_flops_ += flops;
+}
+
+// LayerNorm, qkv, attention, proj with its dropout and the skip: a.mid. Returns the GEMM FLOPs;
+// attention counts the whole S x S square with either variant (the projection's convention),
+// though the fused one skips the masked tiles.
+template <typename T>
+double GptModel<T>::attention_forward(int layer, const T* x, BlockActs& a, bool recompute) {
+  const BlockIds& ids = blocks_[layer];
+  const Dims d = dims();
   auto& P = params_;
   Ops<T>& ops = *ops_;
-  a.ln1 = Tensor<T>(device_, Nh);
-  a.ln1_mean = Tensor<M>(device_, N);
-  a.ln1_rstd = Tensor<M>(device_, N);
+  a.ln1 = Tensor<T>(device_, d.Nh);
+  a.ln1_mean = Tensor<M>(device_, d.N);
+  a.ln1_rstd = Tensor<M>(device_, d.N);
   ops.layernorm_forward(x, P.value(ids.ln1_g), P.value(ids.ln1_b), a.ln1.data(), a.ln1_mean.data(),
-                        a.ln1_rstd.data(), N, h);
-  a.qkv = Tensor<T>(device_, static_cast<std::size_t>(N) * 3 * hl);
-  ops.linear_forward(a.ln1.data(), P.value(ids.qkv_w), P.value(ids.qkv_b), a.qkv.data(), N, h,
-                     3 * hl);
-  // Dropout redraws its masks from their keys, so the recompute of a checkpointed block drops
-  // what its forward dropped.
-  const bool dropping = dropout_ > 0;
+                        a.ln1_rstd.data(), d.N, d.h);
+  a.qkv = Tensor<T>(device_, static_cast<std::size_t>(d.N) * 3 * d.hl);
+  ops.linear_forward(a.ln1.data(), P.value(ids.qkv_w), P.value(ids.qkv_b), a.qkv.data(), d.N, d.h,
+                     3 * d.hl);
   const kernels::DropoutKey probs_key = dropout_key(layer, kernels::kAttentionProbsDropout);
   if (fused_attention_) {
-    a.lse = Tensor<M>(device_, static_cast<std::size_t>(B) * Hl * S);
-    a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
-    ops.flash_attention_forward(a.qkv.data(), a.att.data(), a.lse.data(), B, S, Hl, hl, probs_key);
+    a.lse = Tensor<M>(device_, static_cast<std::size_t>(d.B) * d.Hl * d.S);
+    a.att = Tensor<T>(device_, static_cast<std::size_t>(d.N) * d.hl);
+    ops.flash_attention_forward(a.qkv.data(), a.att.data(), a.lse.data(), d.B, d.S, d.Hl, d.hl,
+                                probs_key);
   } else {
-    a.probs = Tensor<T>(device_, static_cast<std::size_t>(B) * Hl * S * S);
-    a.att = Tensor<T>(device_, static_cast<std::size_t>(N) * hl);
-    ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), B, S, Hl, hl, probs_key);
+    a.probs = Tensor<T>(device_, static_cast<std::size_t>(d.B) * d.Hl * d.S * d.S);
+    a.att = Tensor<T>(device_, static_cast<std::size_t>(d.N) * d.hl);
+    ops.attention_forward(a.qkv.data(), a.att.data(), a.probs.data(), d.B, d.S, d.Hl, d.hl,
+                          probs_key);
   }
-  a.mid = Tensor<T>(device_, Nh);
-  if (T_ == 1 && !dropping) {  // no reduction between the GEMM and its bias and skip: one op
-    ops.linear_residual_forward(a.att.data(), P.value(ids.proj_w), P.value(ids.proj_b), x,
-                                a.mid.data(), N, hl, h);
-  } else {
-    reduced_output(a.mid.data(), Nh, a.proj_stash, recompute, [&](T* partial) {
-      ops.linear_forward(a.att.data(), P.value(ids.proj_w), nullptr, partial, N, hl, h);
-    });
-    if (dropping)
-      ops.bias_dropout_residual(a.mid.data(), P.value(ids.proj_b), x, N, h,
-                                dropout_key(layer, kernels::kAttentionOutputDropout));
-    else
-      ops.add_bias_residual(a.mid.data(), P.value(ids.proj_b), x, N, h);
+  a.mid = Tensor<T>(device_, d.Nh);
+  row_parallel_output(a.att.data(), ids.proj_w, ids.proj_b, x, a.mid.data(), d.hl, a.proj_stash,
+                      recompute, dropout_key(layer, kernels::kAttentionOutputDropout));
+  return 2.0 * d.N * d.h * 3 * d.hl + 2.0 * d.N * d.hl * d.h +
+         4.0 * d.B * d.Hl * d.S * d.S * (d.hl / d.Hl);
+}
+
+// fc1 with GeLU, fc2 with its dropout and the skip from a.mid. Returns the GEMM FLOPs.
+template <typename T>
+double GptModel<T>::dense_ffn_forward(int layer, T* out, BlockActs& a, bool recompute) {
+  const BlockIds& ids = blocks_[layer];
+  const Dims d = dims();
+  a.fc1 = Tensor<T>(device_, static_cast<std::size_t>(d.N) * d.fl);
+  a.act = Tensor<T>(device_, static_cast<std::size_t>(d.N) * d.fl);
+  ops_->linear_gelu_forward(a.ln2.data(), params_.value(ids.fc1_w), params_.value(ids.fc1_b),
+                            a.fc1.data(), a.act.data(), d.N, d.h, d.fl);
+  row_parallel_output(a.act.data(), ids.fc2_w, ids.fc2_b, a.mid.data(), out, d.fl, a.ffn_stash,
+                      recompute, dropout_key(layer, kernels::kFfnOutputDropout));
+  return 4.0 * d.N * d.h * d.fl;
+}
+
+// The MoE layer on each gating group of a.ln2 (its routing, statistics and exchange: moe.hpp),
+// then its dropout and the skip from a.mid; adds its GEMM FLOPs to `flops` (unsplit experts
+// compute on their tensor rank's capacity slice only).
+template <typename T>
+void GptModel<T>::moe_block_forward(int layer, T* out, BlockActs& a, bool recompute,
+                                    double& flops) {
+  const BlockIds& ids = blocks_[layer];
+  const Dims d = dims();
+  const MoeShape shape = moe_shape();
+  const int groups = d.B / group_sequences_;
+  const ExchangeSetup exchange = exchange_setup(recompute);
+  a.moe.resize(groups);
+  a.aux = 0;
+  a.dropped = 0;
+  if (!recompute) a.load.assign(static_cast<std::size_t>(config_.gate.experts), 0);
+  for (int g = 0; g < groups; ++g) {
+    routing::RoutingKey key{
+        config_.seed, batch_.step, layer,
+        (batch_.first_sample + static_cast<std::int64_t>(g) * group_sequences_) * d.S};
+    const std::size_t offset = static_cast<std::size_t>(g) * shape.tokens * d.h;
+    const routing::RoutingStats stats =
+        moe_forward<T>(*ops_, a.ln2.data() + offset, out + offset, shape, config_.gate, key,
+                       moe_params(ids), exchange, a.moe[g], !recompute);
+    a.aux += static_cast<M>(stats.aux);
+    a.dropped += stats.dropped;
+    for (std::size_t e = 0; e < stats.load.size(); ++e) a.load[e] += stats.load[e];
+    flops += moe_forward_flops(shape, a.moe[g].plan);
   }
-  a.ln2 = Tensor<T>(device_, Nh);
-  a.ln2_mean = Tensor<M>(device_, N);
-  a.ln2_rstd = Tensor<M>(device_, N);
-  ops.layernorm_forward(a.mid.data(), P.value(ids.ln2_g), P.value(ids.ln2_b), a.ln2.data(),
-                        a.ln2_mean.data(), a.ln2_rstd.data(), N, h);
-  // Attention counts the whole S x S square with either variant (the projection's convention),
-  // though the fused one skips the masked tiles.
-  double flops = 2.0 * N * h * 3 * hl + 2.0 * N * hl * h + 4.0 * B * Hl * S * S * (hl / Hl);
-  if (ids.moe) {
-    const int groups = B / group_sequences_, group_tokens = group_sequences_ * S;
-    const MoeShape shape{group_tokens, h, parallel_.exchange.split_experts ? fl : config_.ffn(),
-                         config_.gate.experts};
-    const ExchangeSetup exchange = exchange_setup(recompute);
-    a.moe.resize(groups);
-    a.aux = 0;
-    a.dropped = 0;
-    if (!recompute) a.load.assign(static_cast<std::size_t>(config_.gate.experts), 0);
-    for (int g = 0; g < groups; ++g) {
-      routing::RoutingKey key{
-          config_.seed, batch_.step, layer,
-          (batch_.first_sample + static_cast<std::int64_t>(g) * group_sequences_) * S};
-      std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
-      const routing::RoutingStats stats =
-          moe_forward<T>(ops, a.ln2.data() + offset, out + offset, shape, config_.gate, key,
-                         moe_params(ids), exchange, a.moe[g], !recompute);
-      a.aux += static_cast<M>(stats.aux);
-      a.dropped += stats.dropped;
-      for (std::size_t e = 0; e < stats.load.size(); ++e) a.load[e] += stats.load[e];
-      // Unsplit experts compute on their tensor rank's capacity slice only.
-      flops += moe_forward_flops(shape, config_.gate.experts * a.moe[g].plan.expert_rows());
-    }
-    a.aux /= groups;
-  } else {
-    a.fc1 = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
-    a.act = Tensor<T>(device_, static_cast<std::size_t>(N) * fl);
-    ops.linear_gelu_forward(a.ln2.data(), P.value(ids.fc1_w), P.value(ids.fc1_b), a.fc1.data(),
-                            a.act.data(), N, h, fl);
-    if (T_ == 1 && !dropping) {
-      ops.linear_residual_forward(a.act.data(), P.value(ids.fc2_w), P.value(ids.fc2_b),
-                                  a.mid.data(), out, N, fl, h);
-    } else {
-      reduced_output(out, Nh, a.ffn_stash, recompute, [&](T* partial) {
-        ops.linear_forward(a.act.data(), P.value(ids.fc2_w), nullptr, partial, N, fl, h);
-      });
-      if (dropping)
-        ops.bias_dropout_residual(out, P.value(ids.fc2_b), a.mid.data(), N, h,
-                                  dropout_key(layer, kernels::kFfnOutputDropout));
-      else
-        ops.add_bias_residual(out, P.value(ids.fc2_b), a.mid.data(), N, h);
-    }
-    flops += 4.0 * N * h * fl;
-  }
-  if (ids.moe && dropping)  // the MoE layer added its bias: dropout, then the residual
-    ops.bias_dropout_residual(out, nullptr, a.mid.data(), N, h,
-                              dropout_key(layer, kernels::kFfnOutputDropout));
-  else if (ids.moe)
-    ops.add(a.mid.data(), out, Nh);  // residual (the MoE layer added its bias)
-  last_forward_flops_ += flops;
+  a.aux /= groups;
+  const kernels::DropoutKey key = dropout_key(layer, kernels::kFfnOutputDropout);
+  if (key.active())  // the MoE layer added its bias: dropout, then the residual
+    ops_->bias_dropout_residual(out, nullptr, a.mid.data(), d.N, d.h, key);
+  else
+    ops_->add(a.mid.data(), out, d.Nh);
 }
 
 // Checkpointing drops a block's internals after its forward. What stays: the input (the
@@ -324,78 +363,102 @@ std::size_t GptModel<T>::saved_bytes() const {
 template <typename T>
 void GptModel<T>::block_backward(int layer, const T* d_out, T* d_in, BlockActs& a) {
   const BlockIds& ids = blocks_[layer];
-  const int N = tokens_, h = config_.hidden, S = config_.seq_len, B = batch_.sequences;
-  const int hl = h / T_, Hl = config_.heads / T_, fl = config_.ffn() / T_;
-  const std::size_t Nh = static_cast<std::size_t>(N) * h;
+  const Dims d = dims();
+  Tensor<T> d_ln2 = ffn_backward(layer, d_out, a);
+  Tensor<T> d_mid(device_, d.Nh);
+  device_.copy(d_mid.data(), d_out, d.Nh * sizeof(T));  // residual
+  ops_->layernorm_backward(a.mid.data(), params_.value(ids.ln2_g), a.ln2_mean.data(),
+                           a.ln2_rstd.data(), d_ln2.data(), d_mid.data(),
+                           params_.gradient(ids.ln2_g), params_.gradient(ids.ln2_b), d.N, d.h);
+  attention_backward(layer, d_mid.data(), d_in, a);
+}
+
+// The FFN's (MoE layer's) input gradient d ln2 from the block's output gradient d_out through
+// its dropout mask (the residual takes d_out as it is).
+template <typename T>
+Tensor<T> GptModel<T>::ffn_backward(int layer, const T* d_out, BlockActs& a) {
+  const BlockIds& ids = blocks_[layer];
+  const Dims d = dims();
   auto& P = params_;
   Ops<T>& ops = *ops_;
-  const T* x = a.input.data();
-  const bool dropping = dropout_ > 0;
-
-  // The FFN's (MoE layer's) output gradient: d_out through its dropout mask; the residual
-  // takes d_out as it is.
+  const kernels::DropoutKey key = dropout_key(layer, kernels::kFfnOutputDropout);
   Tensor<T> d_ffn_dropped;
-  if (dropping) {
-    d_ffn_dropped = Tensor<T>(device_, Nh);
-    ops.dropout(d_out, d_ffn_dropped.data(), N, h, dropout_key(layer, kernels::kFfnOutputDropout));
+  if (key.active()) {
+    d_ffn_dropped = Tensor<T>(device_, d.Nh);
+    ops.dropout(d_out, d_ffn_dropped.data(), d.N, d.h, key);
   }
-  const T* d_ffn = dropping ? d_ffn_dropped.data() : d_out;
-  Tensor<T> d_ln2 = zeros<T>(device_, Nh);
-  if (ids.moe) {  // its input gradient comes out whole: the layer reduces it internally
-    const int groups = static_cast<int>(a.moe.size()), group_tokens = group_sequences_ * S;
-    const MoeShape shape{group_tokens, h, parallel_.exchange.split_experts ? fl : config_.ffn(),
-                         config_.gate.experts};
-    MoeGrads<T> grads{P.gradient(ids.gate_w), P.gradient(ids.e_w1), P.gradient(ids.e_b1),
-                      P.gradient(ids.e_w2), P.gradient(ids.e_b2)};
-    M aux_scale = loss_scale_ * M(config_.gate.aux_coeff) / M(groups);
-    for (int g = 0; g < groups; ++g) {
-      std::size_t offset = static_cast<std::size_t>(g) * group_tokens * h;
-      moe_backward<T>(ops, a.ln2.data() + offset, d_ffn + offset, d_ln2.data() + offset, shape,
-                      moe_params(ids), exchange_setup(false), a.moe[g], aux_scale, grads);
-    }
+  const T* d_ffn = key.active() ? d_ffn_dropped.data() : d_out;
+  Tensor<T> d_ln2 = zeros<T>(device_, d.Nh);
+  if (ids.moe) {
+    moe_block_backward(layer, d_ffn, d_ln2.data(), a);
   } else {
-    Tensor<T> d_hidden(device_, static_cast<std::size_t>(N) * fl);
+    Tensor<T> d_hidden(device_, static_cast<std::size_t>(d.N) * d.fl);
     ops.linear_backward(a.act.data(), P.value(ids.fc2_w), d_ffn, nullptr, P.gradient(ids.fc2_w),
-                        P.gradient(ids.fc2_b), N, fl, h);
+                        P.gradient(ids.fc2_b), d.N, d.fl, d.h);
     ops.linear_dgelu_backward(d_ffn, P.value(ids.fc2_w), a.fc1.data(), d_hidden.data(),
-                              P.gradient(ids.fc1_b), N, fl, h);
+                              P.gradient(ids.fc1_b), d.N, d.fl, d.h);
     ops.linear_backward(a.ln2.data(), P.value(ids.fc1_w), d_hidden.data(), d_ln2.data(),
-                        P.gradient(ids.fc1_w), nullptr, N, h, fl);
-    tensor_all_reduce(d_ln2.data(), Nh);  // column-parallel input gradient
+                        P.gradient(ids.fc1_w), nullptr, d.N, d.h, d.fl);
+    tensor_all_reduce(d_ln2.data(), d.Nh);  // column-parallel input gradient
   }
-  d_ffn_dropped = Tensor<T>();
-  Tensor<T> d_mid(device_, Nh);
-  device_.copy(d_mid.data(), d_out, Nh * sizeof(T));  // residual
-  ops.layernorm_backward(a.mid.data(), P.value(ids.ln2_g), a.ln2_mean.data(), a.ln2_rstd.data(),
-                         d_ln2.data(), d_mid.data(), P.gradient(ids.ln2_g), P.gradient(ids.ln2_b),
-                         N, h);
-  Tensor<T> d_att = zeros<T>(device_, static_cast<std::size_t>(N) * hl);
+  return d_ln2;
+}
+
+// Each gating group's MoE backward into d_ln2: its input gradient comes out whole (the layer
+// reduces it internally).
+template <typename T>
+void GptModel<T>::moe_block_backward(int layer, const T* d_ffn, T* d_ln2, BlockActs& a) {
+  const BlockIds& ids = blocks_[layer];
+  auto& P = params_;
+  const MoeShape shape = moe_shape();
+  const int groups = static_cast<int>(a.moe.size());
+  const MoeGrads<T> grads{P.gradient(ids.gate_w), P.gradient(ids.e_w1), P.gradient(ids.e_b1),
+                          P.gradient(ids.e_w2), P.gradient(ids.e_b2)};
+  const M aux_scale = loss_scale_ * M(config_.gate.aux_coeff) / M(groups);
+  const ExchangeSetup exchange = exchange_setup(false);
+  for (int g = 0; g < groups; ++g) {
+    const std::size_t offset = static_cast<std::size_t>(g) * shape.tokens * shape.hidden;
+    moe_backward<T>(*ops_, a.ln2.data() + offset, d_ffn + offset, d_ln2 + offset, shape,
+                    moe_params(ids), exchange, a.moe[g], aux_scale, grads);
+  }
+}
+
+// proj (through its dropout mask), attention, qkv, LayerNorm: d_in = d_mid + the attention
+// half's input gradient.
+template <typename T>
+void GptModel<T>::attention_backward(int layer, const T* d_mid, T* d_in, BlockActs& a) {
+  const BlockIds& ids = blocks_[layer];
+  const Dims d = dims();
+  auto& P = params_;
+  Ops<T>& ops = *ops_;
+  Tensor<T> d_att = zeros<T>(device_, static_cast<std::size_t>(d.N) * d.hl);
   {  // the attention block's output gradient, through its dropout mask
+    const kernels::DropoutKey key = dropout_key(layer, kernels::kAttentionOutputDropout);
     Tensor<T> d_proj_dropped;
-    if (dropping) {
-      d_proj_dropped = Tensor<T>(device_, Nh);
-      ops.dropout(d_mid.data(), d_proj_dropped.data(), N, h,
-                  dropout_key(layer, kernels::kAttentionOutputDropout));
+    if (key.active()) {
+      d_proj_dropped = Tensor<T>(device_, d.Nh);
+      ops.dropout(d_mid, d_proj_dropped.data(), d.N, d.h, key);
     }
     ops.linear_backward(a.att.data(), P.value(ids.proj_w),
-                        dropping ? d_proj_dropped.data() : d_mid.data(), d_att.data(),
-                        P.gradient(ids.proj_w), P.gradient(ids.proj_b), N, hl, h);
+                        key.active() ? d_proj_dropped.data() : d_mid, d_att.data(),
+                        P.gradient(ids.proj_w), P.gradient(ids.proj_b), d.N, d.hl, d.h);
   }
-  Tensor<T> d_qkv(device_, static_cast<std::size_t>(N) * 3 * hl);
+  Tensor<T> d_qkv(device_, static_cast<std::size_t>(d.N) * 3 * d.hl);
   const kernels::DropoutKey probs_key = dropout_key(layer, kernels::kAttentionProbsDropout);
   if (fused_attention_)
     ops.flash_attention_backward(a.qkv.data(), a.att.data(), a.lse.data(), d_att.data(),
-                                 d_qkv.data(), B, S, Hl, hl, probs_key);
+                                 d_qkv.data(), d.B, d.S, d.Hl, d.hl, probs_key);
   else
-    ops.attention_backward(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), B, S, Hl, hl,
-                           probs_key);
-  Tensor<T> d_ln1 = zeros<T>(device_, Nh);
+    ops.attention_backward(a.qkv.data(), a.probs.data(), d_att.data(), d_qkv.data(), d.B, d.S, d.Hl,
+                           d.hl, probs_key);
+  Tensor<T> d_ln1 = zeros<T>(device_, d.Nh);
   ops.linear_backward(a.ln1.data(), P.value(ids.qkv_w), d_qkv.data(), d_ln1.data(),
-                      P.gradient(ids.qkv_w), P.gradient(ids.qkv_b), N, h, 3 * hl);
-  tensor_all_reduce(d_ln1.data(), Nh);               // column-parallel input gradient
-  device_.copy(d_in, d_mid.data(), Nh * sizeof(T));  // residual
-  ops.layernorm_backward(x, P.value(ids.ln1_g), a.ln1_mean.data(), a.ln1_rstd.data(), d_ln1.data(),
-                         d_in, P.gradient(ids.ln1_g), P.gradient(ids.ln1_b), N, h);
+                      P.gradient(ids.qkv_w), P.gradient(ids.qkv_b), d.N, d.h, 3 * d.hl);
+  tensor_all_reduce(d_ln1.data(), d.Nh);        // column-parallel input gradient
+  device_.copy(d_in, d_mid, d.Nh * sizeof(T));  // residual
+  ops.layernorm_backward(a.input.data(), P.value(ids.ln1_g), a.ln1_mean.data(), a.ln1_rstd.data(),
+                         d_ln1.data(), d_in, P.gradient(ids.ln1_g), P.gradient(ids.ln1_b), d.N,
+                         d.h);
 }
 
 template <typename T>
@@ -478,10 +541,11 @@ double GptModel<T>::tied_head_forward() {
   M* row_max = stats.data();
   M* partials = row_max + N;
   ops.cross_entropy_max(logits_.data(), row_max, N, vocab_rows_, words_);
-  if (T_ > 1) parallel_.tensor->all_reduce(row_max, row_max, N, dtype_of<M>::value, ReduceOp::max);
+  if (T_ > 1)
+    parallel_.exchange.tensor->all_reduce(row_max, row_max, N, dtype_of<M>::value, ReduceOp::max);
   ops.cross_entropy_partials(logits_.data(), target_ids_.data(), row_max, partials, N, vocab_rows_,
                              first_word_, words_);
-  if (T_ > 1) parallel_.tensor->all_reduce(partials, partials, 2 * N, dtype_of<M>::value);
+  if (T_ > 1) parallel_.exchange.tensor->all_reduce(partials, partials, 2 * N, dtype_of<M>::value);
   return ops.cross_entropy_finish(row_max, partials, log_sum_.data(), N);
 }
 

@@ -54,20 +54,19 @@ struct Losses {
 // How a model is split over a TED grid (docs/algorithm.md section 3). Default: one process, the
 // reference. The communicators carry device buffers.
 struct ModelParallel {
-  Communicator* tensor = nullptr;  // Megatron tensor parallelism (size T); null: T = 1
-  Communicator* expert = nullptr;  // expert parallelism, the all-to-alls (size Ep); null: Ep = 1
-  // DTD, reduce-scatter instead of all-reduce + slice (needs dtd), the overlap's chunks, and
-  // whether the experts are tensor-parallel over T (TED; else whole experts, each tensor rank
-  // running its 1/T share of the capacity, their gradients then reduced over the T x D ranks
-  // that hold them: TedGroups::expert_replicas).
-  ExchangeSwitches exchange;
+  // The groups and the exchange's switches (exchange.hpp): `tensor` for Megatron tensor
+  // parallelism and the experts' (size T; null: T = 1), `expert` for the all-to-alls (size Ep;
+  // null: Ep = 1), the expert group's host MPI communicator `expert_control` (TedGroups::control:
+  // the dropless capacity is agreed over it, outside the ledger; needed with `expert` and
+  // gating.dropless); DTD, reduce-scatter (needs dtd), the overlap's chunks, and whether the
+  // experts are tensor-parallel over T (TED; else whole experts, each tensor rank running its 1/T
+  // share of the capacity, their gradients then reduced over the T x D ranks that hold them:
+  // TedGroups::expert_replicas). The model sets the CAC stash's use per step.
+  ExchangeSetup exchange;
   bool cac = false;             // communication-aware checkpointing (needs checkpointing)
   bool cac_all_reduce = false;  // CAC also keeps the tensor all-reduce outputs (needs cac)
   std::size_t dense_pad = 1;    // flat-buffer padding: the data groups' sizes (ZeRO-1)
   std::size_t expert_pad = 1;
-  // The expert group's host MPI communicator (TedGroups::control): the dropless capacity is
-  // agreed over it, outside the ledger. Needed with `expert` and gating.dropless.
-  Communicator* expert_control = nullptr;
 };
 
 // ConfigError when the model does not split over T tensor and Ep expert ranks, or the
@@ -141,8 +140,27 @@ class GptModel {
   kernels::DropoutKey dropout_key(int layer, std::int64_t site) const;
   // The tied LM head and the vocabulary-parallel cross-entropy (forward), the LM loss.
   double tied_head_forward();
+  // A block's sizes on this rank for the current batch: N tokens, h hidden, S sequence, B
+  // sequences, hl = h/T, Hl = heads/T, fl = f/T, Nh = N h.
+  struct Dims {
+    int N, h, S, B, hl, Hl, fl;
+    std::size_t Nh;
+  };
+  Dims dims() const;
+  MoeShape moe_shape() const;  // one gating group's
+  // A block's steps, forward: the attention half (a.mid), then the dense FFN or the MoE layer,
+  // each with its output's dropout and the skip; backward in reverse.
   void block_forward(int layer, const T* x, T* out, BlockActs& acts, bool recompute);
+  double attention_forward(int layer, const T* x, BlockActs& acts, bool recompute);
+  double dense_ffn_forward(int layer, T* out, BlockActs& acts, bool recompute);
+  void moe_block_forward(int layer, T* out, BlockActs& acts, bool recompute, double& flops);
   void block_backward(int layer, const T* d_out, T* d_in, BlockActs& acts);
+  Tensor<T> ffn_backward(int layer, const T* d_out, BlockActs& acts);
+  void moe_block_backward(int layer, const T* d_ffn, T* d_ln2, BlockActs& acts);
+  void attention_backward(int layer, const T* d_mid, T* d_in, BlockActs& acts);
+  // A row-parallel layer's output (weights and bias by parameter id) with its dropout and skip.
+  void row_parallel_output(const T* in, int w, int b, const T* residual, T* out, int k,
+                           Tensor<T>& stash, bool recompute, const kernels::DropoutKey& key);
   void release_internals(BlockActs& acts);
   std::size_t saved_bytes() const;  // what the model keeps for backward now (saved_peak_bytes)
   void note_saved() { saved_peak_ = std::max(saved_peak_, saved_bytes()); }

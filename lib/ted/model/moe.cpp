@@ -45,9 +45,10 @@ void route_tokens(Ops<T>& ops, const T* x, const MoeShape& shape, const routing:
     route_key.forced = scratch.forced.data();
   }
   ops.route(scratch.logits.data(), S, config, route_key, acts.routing);
-  acts.routing.capacity = agreed_capacity(E, h, shape.ffn_local, setup, config.dropless,
-                                          acts.routing.capacity, acts.dispatch_stash.size());
-  acts.plan = plan_exchange(E, h, shape.ffn_local, setup, acts.routing.capacity);
+  const ExchangePlan routed = setup.plan(E, h, shape.ffn, acts.routing.capacity);
+  acts.routing.capacity =
+      agreed_capacity(routed, setup, config.dropless, acts.dispatch_stash.size());
+  acts.plan = routed.at_capacity(acts.routing.capacity);
 }
 
 // The forward's exchange buffers besides the activations, allocated in this order: what this
@@ -262,7 +263,7 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
   Device& device = ops.device();
   const routing::Routing<M>& r = acts.routing;
   const int S = shape.tokens, E = shape.experts, h = shape.hidden;
-  const ExchangePlan p = plan_exchange(E, h, shape.ffn_local, setup, r.capacity);
+  const ExchangePlan& p = acts.plan;  // the forward's (or its recompute's)
   const ChunkPipeline<T> pipe(device, setup, p);
   const std::size_t blocks = p.blocks();
   const std::size_t full = blocks * p.Cp * h, sent = blocks * p.sent_capacity() * h;
@@ -312,9 +313,10 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
   ops.linear_backward(x, params.gate, d_logits.data(), dx, grads.gate, nullptr, S, h, E);
 }
 
-double moe_forward_flops(const MoeShape& shape, int local_expert_rows) {
+double moe_forward_flops(const MoeShape& shape, const ExchangePlan& plan) {
+  const int local_expert_rows = shape.experts * plan.expert_rows();
   double gate = 2.0 * shape.tokens * shape.hidden * shape.experts;
-  double ffn = 2.0 * 2.0 * static_cast<double>(local_expert_rows) * shape.hidden * shape.ffn_local;
+  double ffn = 2.0 * 2.0 * static_cast<double>(local_expert_rows) * shape.hidden * plan.f;
   return gate + ffn;
 }
 

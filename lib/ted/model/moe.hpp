@@ -56,8 +56,8 @@ struct MoeActivations {
 struct MoeShape {
   int tokens;
   int hidden;
-  int ffn_local;  // f / T (f when experts are not split)
-  int experts;    // E, all of them
+  int ffn;      // f, the FFN width (the exchange's plan takes this rank's share)
+  int experts;  // E, all of them
 };
 
 // Overwrites y [tokens, h]; fills acts. Returns the group's routing statistics (aux loss and
@@ -75,7 +75,8 @@ void moe_backward(Ops<T>& ops, const T* x, const T* dy, T* dx, const MoeShape& s
                   const MoeParams<T>& params, const ExchangeSetup& setup,
                   const MoeActivations<T>& acts, master_t<T> aux_scale, const MoeGrads<T>& grads);
 
-// GEMM FLOPs of this rank's share of the layer's forward (backward is twice this).
-double moe_forward_flops(const MoeShape& shape, int local_expert_rows);
+// GEMM FLOPs of this rank's share of the layer's forward at its plan (backward is twice this;
+// unsplit experts compute on their tensor rank's capacity slice only).
+double moe_forward_flops(const MoeShape& shape, const ExchangePlan& plan);
 
 }  // namespace ted::model

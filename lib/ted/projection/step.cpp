@@ -60,10 +60,8 @@ StepShape shape_of(const train::TrainConfig& train, const Layout& layout) {
 
 model::ExchangePlan exchange_of(const StepShape& s, int capacity) {
   const auto& m = s.model;
-  const int T = s.layout.tensor;
-  const bool split = model::experts_split(s.parallel.exchange(), T);
-  return model::exchange_plan(m.gate.experts, m.hidden, split ? m.ffn() / T : m.ffn(),
-                              s.layout.expert, T, 0, s.parallel.exchange(), capacity);
+  return model::exchange_plan(m.gate.experts, m.hidden, m.ffn(), s.layout.expert, s.layout.tensor,
+                              0, s.parallel.exchange(), capacity);
 }
 
 model::ExchangePlan exchange_of(const StepShape& s) {

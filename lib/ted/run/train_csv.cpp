@@ -66,7 +66,7 @@ CsvColumns<TrainStepRow> make_columns() {
   c.add("git_revision", [](R) { return std::string(git_revision()); });
   c.add("command", [](R s) { return s.command; });
   c.add("attention", [](R s) { return s.run.trainer().attention(); });
-  // The host's BLAS and the kernels it ran (kernels/cpu/blas_library.hpp).
+  // The host's BLAS and the kernels it ran (core/blas_library.hpp).
   c.add("blas", [](R) { return kernels::cpu::blas_name(); });
   c.add("blas_kernel", [](R) { return kernels::cpu::blas_kernel(); });
   return c;

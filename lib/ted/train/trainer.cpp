@@ -71,13 +71,13 @@ Communicator& expert_group(const ParallelConfig& p, TedGroups& groups) {
 
 model::ModelParallel model_parallel(const ParallelConfig& p, TedGroups* groups) {
   model::ModelParallel m;
-  m.exchange = p.exchange();
+  m.exchange.switches = p.exchange();
   m.cac = p.cac;
   m.cac_all_reduce = p.cac_all_reduce;
   if (groups) {
-    m.tensor = &groups->tensor();
-    m.expert = &groups->expert();
-    m.expert_control = &groups->control(GroupKind::expert);
+    m.exchange.tensor = &groups->tensor();
+    m.exchange.expert = &groups->expert();
+    m.exchange.expert_control = &groups->control(GroupKind::expert);
     m.dense_pad = static_cast<std::size_t>(groups->nonexpert_data().size());
     m.expert_pad = static_cast<std::size_t>(expert_group(p, *groups).size());
   }

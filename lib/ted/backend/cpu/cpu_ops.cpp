@@ -11,18 +11,19 @@
 #include "ted/core/parallel.hpp"
 #include "ted/core/random.hpp"
 #include "ted/device/tensor.hpp"
+#include "ted/kernels/cpu/attention.hpp"
+#include "ted/kernels/cpu/elementwise.hpp"
 #include "ted/kernels/cpu/flash_attention.hpp"
 #include "ted/kernels/cpu/gating.hpp"
-#include "ted/kernels/cpu/layers.hpp"
+#include "ted/kernels/cpu/layernorm.hpp"
+#include "ted/kernels/cpu/linear.hpp"
 #include "ted/kernels/cpu/moe.hpp"
+#include "ted/kernels/cpu/vocabulary.hpp"
 
 namespace ted::cpu {
 namespace {
 
 namespace kc = ted::kernels::cpu;
-
-// Rows per task of the row-parallel loops (tokens): enough work to be worth a wake-up.
-constexpr std::int64_t kRows = 32;
 
 // A read-only view of n elements of T in the compute type C = master_t<T>: the buffer itself
 // when T is C, else a widened copy.
@@ -229,85 +230,13 @@ class CpuOps final : public Ops<T> {
   void embedding_forward(const std::int32_t* tokens, const T* tok, const T* pos, T* x, int n,
                          int seq, int h, int first_word, int words) override {
     TED_OP_TIMER(__func__);
-    parallel_for(
-        n,
-        [&](std::int64_t first, std::int64_t last) {
-          for (std::int64_t i = first; i < last; ++i) {
-            const int row = tokens[i] - first_word;
-            const bool here = row >= 0 && row < words;
-            const T* t = tok + static_cast<std::int64_t>(row) * h;
-            const T* p = pos ? pos + (i % seq) * h : nullptr;
-            T* out = x + i * h;
-            for (int j = 0; j < h; ++j)
-              out[j] = narrow<T>((here ? widen(t[j]) : C(0)) + (p ? widen(p[j]) : C(0)));
-          }
-        },
-        kRows);
+    kc::embedding_forward<T>(tokens, tok, pos, x, n, seq, h, first_word, words);
   }
 
-  void embedding_backward(const std::int32_t* tokens, const T* dx, GradOut<T> dtok_out,
-                          GradOut<T> dpos_out, int n, int seq, int h, int first_word,
-                          int words) override {
+  void embedding_backward(const std::int32_t* tokens, const T* dx, GradOut<T> dtok, GradOut<T> dpos,
+                          int n, int seq, int h, int first_word, int words) override {
     TED_OP_TIMER(__func__);
-    M* dtok = dtok_out.master;
-    M* dpos = dpos_out.master;
-    if (dtok_out.low) {  // 16-bit: each word's rows summed in row order, added in once
-      std::vector<std::int32_t> order;  // the rows of this slice's words, by word, in row order
-      for (int i = 0; i < n; ++i)
-        if (tokens[i] - first_word >= 0 && tokens[i] - first_word < words) order.push_back(i);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](std::int32_t a, std::int32_t b) { return tokens[a] < tokens[b]; });
-      T* low = dtok_out.low;
-      parallel_for(
-          h,
-          [&](std::int64_t first, std::int64_t last) {
-            for (std::size_t s = 0; s < order.size();) {
-              std::size_t e = s + 1;
-              while (e < order.size() && tokens[order[e]] == tokens[order[s]]) ++e;
-              T* row = low + static_cast<std::int64_t>(tokens[order[s]] - first_word) * h;
-              for (std::int64_t j = first; j < last; ++j) {
-                M sum = 0;
-                for (std::size_t k = s; k < e; ++k)
-                  sum += widen(dx[static_cast<std::int64_t>(order[k]) * h + j]);
-                row[j] = narrow<T>(widen(row[j]) + sum);
-              }
-              s = e;
-            }
-          },
-          64);
-    }
-    if (dpos_out.low) {  // 16-bit: each position's sum over the sequences, added in once
-      T* low = dpos_out.low;
-      parallel_for(
-          static_cast<std::int64_t>(seq) * h,
-          [&](std::int64_t first, std::int64_t last) {
-            for (std::int64_t k = first; k < last; ++k) {
-              M sum = 0;
-              for (std::int64_t i = k / h; i < n; i += seq) sum += widen(dx[i * h + k % h]);
-              low[k] = narrow<T>(widen(low[k]) + sum);
-            }
-          },
-          64);
-    }
-    if (!dtok && !dpos) return;
-    // Rows scatter into shared table rows: parallel over columns instead, each column summed
-    // in row order by one thread (the serial loop's result).
-    parallel_for(
-        h,
-        [&](std::int64_t first, std::int64_t last) {
-          for (int i = 0; i < n; ++i) {
-            const T* g = dx + static_cast<std::int64_t>(i) * h;
-            const int row = tokens[i] - first_word;
-            M* t = dtok && row >= 0 && row < words ? dtok + static_cast<std::int64_t>(row) * h
-                                                   : nullptr;
-            M* p = dpos ? dpos + static_cast<std::int64_t>(i % seq) * h : nullptr;
-            for (std::int64_t j = first; j < last; ++j) {
-              if (t) t[j] += widen(g[j]);
-              if (p) p[j] += widen(g[j]);
-            }
-          }
-        },
-        64);
+    kc::embedding_backward<T>(tokens, dx, dtok, dpos, n, seq, h, first_word, words);
   }
 
   void lm_head_forward(const T* x, const T* table, T* logits, int n, int h, int rows) override {

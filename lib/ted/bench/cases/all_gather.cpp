@@ -13,6 +13,7 @@ extern const CollectivePlugin all_gather_plugin{
     .reduces = false,
     .has_root = false,
     .in_place = false,
+    .check = "--group expert -d half --tp 2 --ep 2",
     .size_buffers =
         [](CollectiveCase& c) {
           c.send_elements = c.chunk;

@@ -12,6 +12,7 @@ extern const CollectivePlugin all_reduce_plugin{
     .reduces = true,
     .has_root = false,
     .in_place = false,
+    .check = "--group tensor -d bfloat16 --tp 2",
     .size_buffers = [](CollectiveCase& c) { c.send_elements = c.recv_elements = c.elements; },
     .send_value = own_pattern,
     .expected = sum_over_ranks,

@@ -13,6 +13,7 @@ extern const CollectivePlugin all_to_all_plugin{
     .reduces = false,
     .has_root = false,
     .in_place = false,
+    .check = "--group expert -d float --ep 4",
     .size_buffers = [](CollectiveCase& c) { c.send_elements = c.recv_elements = c.elements; },
     .send_value = own_pattern,
     .expected =

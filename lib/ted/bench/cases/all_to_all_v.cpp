@@ -81,6 +81,7 @@ extern const CollectivePlugin all_to_all_v_plugin{
     .reduces = false,
     .has_root = false,
     .in_place = false,
+    .check = "--group world -d int32",
     .size_buffers = size_ragged_buffers,
     .send_value = own_pattern,
     .expected = expected_ragged,

@@ -11,6 +11,7 @@ extern const CollectivePlugin barrier_plugin{
     .reduces = false,
     .has_root = false,
     .in_place = false,
+    .check = nullptr,
     .size_buffers = [](CollectiveCase& c) { c.send_elements = c.recv_elements = 0; },
     .send_value = own_pattern,
     .expected = [](const CollectiveCase&, std::size_t) { return 0.0; },

@@ -13,6 +13,7 @@ extern const CollectivePlugin broadcast_plugin{
     .reduces = false,
     .has_root = true,
     .in_place = true,
+    .check = "--group expert_data -d double --tp 2 --root 1",
     .size_buffers =
         [](CollectiveCase& c) {
           c.send_elements = c.elements;

@@ -13,6 +13,7 @@ extern const CollectivePlugin reduce_scatter_plugin{
     .reduces = true,
     .has_root = false,
     .in_place = false,
+    .check = "--group nonexpert_data -d float --tp 2",
     .size_buffers =
         [](CollectiveCase& c) {
           c.send_elements = c.elements;

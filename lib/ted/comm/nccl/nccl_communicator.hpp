@@ -39,18 +39,7 @@ class NcclCommunicator final : public Communicator {
 
  protected:
   std::unique_ptr<PendingTime> make_timer() override;
-  void do_all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
-                     ReduceOp op) override;
-  void do_all_gather(const void* send, void* recv, std::size_t count, DataType dtype) override;
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType dtype) override;
-  void do_all_to_all(const void* send, void* recv, std::size_t count, DataType dtype) override;
-  std::unique_ptr<PendingCollective> do_all_to_all_start(const void* send, void* recv,
-                                                         std::size_t count,
-                                                         DataType dtype) override;
-  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
-                       std::span<const std::size_t> recv_counts, DataType dtype) override;
-  void do_broadcast(void* buffer, std::size_t count, DataType dtype, int root) override;
-  void do_barrier() override;
+  TED_COMMUNICATOR_OVERRIDES
 
  private:
   // Queues issue(comm_stream_) between the compute stream and the communication stream (the

@@ -22,7 +22,7 @@
 
 #include <string>
 
-#include "ted/kernels/cpu/blas_library.hpp"
+#include "ted/core/blas_library.hpp"
 
 namespace ted::kernels::cpu {
 

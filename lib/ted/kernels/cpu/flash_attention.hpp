@@ -2,7 +2,7 @@
 // a tile of queries against the tiles of keys at or before it, with an online softmax, so the
 // [seq, seq] scores never exist beyond one tile; only each row's log-sum-exp is kept, and the
 // backward recomputes the scores tile by tile from it. Same layout and results as
-// attention_forward/backward of layers.hpp (qkv [batch*seq, 3h], out [batch*seq, h]); the sums
+// attention_forward/backward of attention.hpp (qkv [batch*seq, 3h], out [batch*seq, h]); the sums
 // run in another order, so results differ from the materialised ones by rounding.
 //
 // Header-only (templates for float and double): the CPU backend and the gradient checks
@@ -47,7 +47,7 @@ void for_each_head(int batch, int heads, F&& body) {
 }
 
 // Row r's keys [j0, j0 + n) of sequence b, head `head` times their dropout factors (the mask
-// of layers.hpp's attention_forward).
+// of attention.hpp's attention_forward).
 template <typename T>
 void drop_row(T* row, int n, int b, int i, int j0, int head, int seq, const DropoutKey& key) {
   const std::uint64_t row_key = key.row_key(static_cast<std::int64_t>(b) * seq + i);

@@ -6,7 +6,8 @@
 
 #include "ted/core/parallel.hpp"
 #include "ted/kernels/cpu/blas.hpp"
-#include "ted/kernels/cpu/layers.hpp"
+#include "ted/kernels/cpu/elementwise.hpp"
+#include "ted/kernels/cpu/linear.hpp"
 
 namespace ted::kernels::cpu {
 

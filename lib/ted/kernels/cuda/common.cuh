@@ -186,4 +186,13 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return best;
 }
 
+constexpr int kRowChunk = 256;  // rows per partial sum in the column reductions
+
+// Rows per chunk of a column reduction over `rows` rows: kRowChunk, or more where that would
+// need more chunks than a grid's y dimension has (65535).
+inline int row_chunk(int rows) {
+  const int needed = static_cast<int>((static_cast<std::int64_t>(rows) + 65534) / 65535);
+  return needed > kRowChunk ? needed : kRowChunk;
+}
+
 }  // namespace ted::kernels::cuda

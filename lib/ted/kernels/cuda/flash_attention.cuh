@@ -11,7 +11,7 @@
 // Dropout on the probabilities (DropoutKey, kernels/elementwise.hpp) multiplies each P by its
 // mask where P meets V (the forward's accumulator, the backward's dV) and takes dP back through
 // it, the softmax's sums and lse staying those of the undropped P, as the CPU kernel does.
-// Included by layers.cu only.
+// Included by attention.cu only.
 #pragma once
 
 #include <cmath>

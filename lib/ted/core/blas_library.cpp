@@ -1,4 +1,4 @@
-#include "ted/kernels/cpu/blas_library.hpp"
+#include "ted/core/blas_library.hpp"
 
 #include <dlfcn.h>
 
@@ -13,7 +13,7 @@
 #error "TED_BLAS_LIBRARY (the BLAS's shared library) comes from cmake/TedDependencies.cmake"
 #endif
 
-namespace ted::kernels::cpu {
+namespace ted {
 namespace {
 
 bool same_name(std::string_view a, std::string_view b) {
@@ -177,4 +177,4 @@ VectorIsa openblas_kernel_isa(std::string_view corename) {
   return VectorIsa::unknown;
 }
 
-}  // namespace ted::kernels::cpu
+}  // namespace ted

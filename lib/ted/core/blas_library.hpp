@@ -24,7 +24,7 @@
 
 #include "ted/core/cpu_features.hpp"
 
-namespace ted::kernels::cpu {
+namespace ted {
 
 struct BlasLibrary {
   std::string path;  // the file loaded
@@ -73,4 +73,4 @@ std::string_view openblas_coretype_for(const CpuFeatures& features);
 // unknown for a name not in OpenBLAS 0.3.21's x86-64 list.
 VectorIsa openblas_kernel_isa(std::string_view corename);
 
-}  // namespace ted::kernels::cpu
+}  // namespace ted
