@@ -171,7 +171,7 @@ def draw_projected_here(axes, validation, rows):
     axes.legend(fontsize=7, loc="upper left")
     axes.grid(True, axis="y", alpha=0.3)
     cluster = drawn[0].get("cluster", "")
-    axes.set_title(f"Projected here: model calibrated on this machine ({cluster})\n"
+    axes.set_title(f"Projected here: the model of this machine (cluster file '{cluster}')\n"
                    f"error of the projection: median {statistics.median(errors):.0f}%, "
                    f"largest {max(errors):.0f}%", fontsize=10)
     axes.set_gid("projected_here")

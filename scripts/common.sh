@@ -175,6 +175,17 @@ ted_run_experiment() {  # <a name of experiments/registry.txt> [topology.yaml]
     echo "== $name on the emulated cluster $topology"
     scripts/emulated_cluster.sh "$topology" "${program[@]}"
   else
+    local cluster=experiments/clusters/cpu.yaml
+    if [ "$name" = ablation ]; then  # the model of this machine its figure projects on
+      echo "== calibrating the projection's model of this machine"
+      cluster=$results/$name/this_machine.yaml
+      if ! scripts/calibration/calibrate_cpu.sh "$cluster" >"$cluster.log" 2>&1; then
+        echo "   (not calibrated: $(tail -1 "$cluster.log"); projecting on the committed" \
+          "experiments/clusters/cpu.yaml instead)"
+        cluster=experiments/clusters/cpu.yaml
+      fi
+      rm -f "$results/$name/this_machine.yaml.log"
+    fi
     echo "== $name on 4 ranks (oversubscribed on $(nproc) cores)"
     # One BLAS and one kernel thread per rank: 4 ranks already oversubscribe the cores.
     OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1 mpirun -n 4 --oversubscribe "${program[@]}"
@@ -182,14 +193,15 @@ ted_run_experiment() {  # <a name of experiments/registry.txt> [topology.yaml]
   # The DeepSpeed baseline's rows (baselines/deepspeed/launch.sh), where measured, beside ours.
   local extra=() deepspeed=$results/$name/deepspeed_$tag.csv
   [ -f "$deepspeed" ] && extra=("$deepspeed")
-  # The ablation's figure also shows the same points projected on the model calibrated on this
-  # machine (TED_CLUSTER, default the committed experiments/clusters/cpu.yaml; the main job
-  # calibrates anew) and the paper's ablation projected on its cluster (plot_ablation.py).
+  # The ablation's figure also shows the same points projected on the model of this machine,
+  # calibrated just before (scripts/calibration/calibrate_cpu.sh: seconds; where a busy machine
+  # refuses a rate, the committed experiments/clusters/cpu.yaml, said so), and the paper's
+  # ablation projected on its cluster (plot_ablation.py).
   if [ "$name" = ablation ] && [ -z "$topology" ]; then
     local here=$results/$name/projected_here_$tag.csv paper=$results/$name/projected_paper.csv
     rm -f "$here" "$paper" "$paper.assumptions.txt"  # regenerated whole: the programs append
     "$TED_BUILD/apps/ted_project" validate -c "experiments/$name/cpu.yaml" \
-      --cluster "${TED_CLUSTER:-experiments/clusters/cpu.yaml}" --measured "$csv" --csv "$here"
+      --cluster "$cluster" --measured "$csv" --csv "$here"
     "$TED_BUILD/apps/ted_project" experiment -c "experiments/$name/paper.yaml" --csv "$paper" \
       >/dev/null
     extra+=("$here" "$paper")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian machine: install what is missing, build, calibrate the
-# projection's model of this machine (results/local/clusters/cpu.yaml, seconds), and run the
+# projection's model of this machine (results/local/ablation/this_machine.yaml, seconds), run the
 # paper's ablation (TED-baseline, +DTD, +CAC, +both, +reduce-scatter) on 4 CPU ranks with the
 # small settings in interleaved rounds, appending to results/local/ablation/cpu.csv and drawing
 # plots/local/ablation_cpu.png (and .pdf, .json): measured here, projected here, and the paper's
@@ -12,13 +12,4 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ted_prepare
-mkdir -p results/local
-echo "== calibrating the projection's model of this machine"
-cluster=results/local/clusters/cpu.yaml
-if ! scripts/calibration/calibrate_cpu.sh "$cluster" >results/local/calibration.log 2>&1; then
-  # A busy machine can refuse to give a rate; the ablation still runs and says it was disturbed.
-  echo "   (not calibrated: $(tail -1 results/local/calibration.log); projecting on the" \
-    "committed experiments/clusters/cpu.yaml instead)"
-  cluster=experiments/clusters/cpu.yaml
-fi
-TED_CLUSTER=$cluster TED_RESULTS=results/local TED_PLOTS=plots/local ted_run_experiment ablation
+TED_RESULTS=results/local TED_PLOTS=plots/local ted_run_experiment ablation

@@ -35,7 +35,7 @@ bytes=$(rate cpu_block GB/s 1e9)
 read -r bandwidth latency < <(/usr/bin/python3 scripts/calibration/fit_links.py "$work"/all_reduce.csv "$work"/all_to_all.csv)
 cat >"$out.tmp" <<YAML
 # This machine, measured by scripts/calibration/calibrate_cpu.sh: 4 MPI ranks on $(nproc) cores (one node).
-name: cpu
+name: $(basename "$out" .yaml)
 device: cpu-core
 devices_per_node: 4
 cores_per_node: $(nproc)
