@@ -69,6 +69,9 @@ measured="$root/results/ablation/cpu.csv"
 /usr/bin/python3 - "$measured" "$scratch" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+# The committed CSV's latest run, its summary rows (a run in rounds has a row per round too).
+if any(r.get("round") for r in rows):
+    rows = [r for r in rows if r.get("run_id") == rows[-1].get("run_id") and not r.get("round")]
 columns = list(rows[0].keys()) + [c for c in ("ranks_per_core", "run_id") if c not in rows[0]]
 def write(path, runs):
     with open(path, "w", newline="") as handle:

@@ -40,6 +40,9 @@ def check(condition, what):
 def two_runs(source, target, per_core):
     """source's rows twice, as runs A (times x 2) and B (as measured), with run ids."""
     rows = list(csv.DictReader(open(source)))
+    # The latest run's summary rows (a run in rounds has a row per round too).
+    if any(r.get("round") for r in rows):
+        rows = [r for r in rows if r.get("run_id") == rows[-1].get("run_id") and not r.get("round")]
     columns = list(rows[0].keys()) + [c for c in ("ranks_per_core", "run_id") if c not in rows[0]]
     with open(target, "w", newline="") as handle:
         writer = csv.DictWriter(handle, columns)

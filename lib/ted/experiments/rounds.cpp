@@ -63,18 +63,18 @@ std::vector<Result> measure_rounds(const Plan& plan, const std::vector<std::stri
   };
   std::vector<std::vector<Result>> timed(n);
   std::vector<Result> results(n);
-  for (std::size_t i = 0; i < n; ++i)
-    if (!verdicts[i].empty()) {  // never allocated: a row saying it does not fit
-      results[i].status = "not run: does not fit: " + verdicts[i];
-      write(i, results[i], static_cast<int>(i), static_cast<int>(n));
-    }
   MachineWatch watch(world);
   const std::string wait = to_string(mpi_wait());
   for (int round = 0; round < rounds; ++round) {
     if (rank0 && rounds > 1) std::printf("# round %d of %d\n", round + 1, rounds);
     for (std::size_t j = 0; j < n; ++j) {
       const std::size_t i = (static_cast<std::size_t>(round) + j) % n;
-      if (!verdicts[i].empty()) continue;
+      if (!verdicts[i].empty()) {  // never allocated: a row saying it does not fit, in order
+        if (round > 0) continue;
+        results[i].status = "not run: does not fit: " + verdicts[i];
+        write(i, results[i], static_cast<int>(j), static_cast<int>(n));
+        continue;
+      }
       watch.start();
       Result r = measure(plan.points[i], world, config.warmup, config.iters);
       const MachineShare share = watch.stop();
