@@ -83,25 +83,29 @@ check(panels["measured"]["title"].startswith("Measured here") and
       panels["projected_here"]["title"].startswith("Projected here") and
       panels["projected_paper"]["title"].startswith("Projected for the paper"),
       "each panel says which it is")
+
+
+def check_bars(panel, table, compute, comm, what):
+    """A bar per system of `table` in `panel`, its two parts the table's columns."""
+    bars = panels[panel]["bars"]
+    check(sorted(b["name"] for b in bars) == sorted(table), f"{what}: a bar per system")
+    for bar in bars:
+        parts = {s["part"]: s["height"] for s in bar["segments"]}
+        row = table[bar["name"]]
+        check(close(parts["computation"], float(row[compute])) and
+              close(parts["communication"], float(row[comm])),
+              f"{what} {bar['name']}: the bar is the CSV's split")
+
+
 summaries = {r["system"]: r for r in quiet if not r["round"]}
-for bar in panels["measured"]["bars"]:
-    parts = {s["part"]: s["height"] for s in bar["segments"]}
-    row = summaries[bar["name"]]
-    check(close(parts["computation"], float(row["compute_ms"])) and
-          close(parts["communication"], float(row["comm_ms"])),
-          f"measured {bar['name']}: the bar is the CSV's split")
+check_bars("measured", summaries, "compute_ms", "comm_ms", "measured")
 notes = {n["what"]: n["text"] for n in panels["measured"]["notes"]}
 for system, row in summaries.items():
     mib = float(row["all_to_all_bytes"]) / 2**20
     check(notes.get(system, "").startswith(f"a2a {mib:.2f} MiB"),
           f"measured {system}: the all-to-all bytes above its bar ({notes.get(system)!r})")
 here = {r["system"]: r for r in rows("quiet-here.csv")}
-for bar in panels["projected_here"]["bars"]:
-    parts = {s["part"]: s["height"] for s in bar["segments"]}
-    row = here[bar["name"]]
-    check(close(parts["computation"], float(row["predicted_compute_ms"])) and
-          close(parts["communication"], float(row["predicted_comm_ms"])),
-          f"projected here {bar['name']}: the bar is the projection")
+check_bars("projected_here", here, "predicted_compute_ms", "predicted_comm_ms", "projected here")
 points = panels["projected_here"]["series"][0]["points"]
 for point, system in zip(points, summaries):
     error = float(here[system]["relative_error"]) * 100

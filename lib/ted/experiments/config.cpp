@@ -16,7 +16,7 @@ ConfigSchema ExperimentConfig::schema() {
   s.add("run.warmup", &warmup);
   s.add("run.iters", &iters);
   s.add("run.rounds", &rounds);
-  s.add("run.wait", &wait);
+  s.add_enum("run.wait", &wait, {"blocking", "sleep"});
   s.add("run.csv", &csv);
   s.add("layout.tp", &tp);
   s.add("layout.ep", &ep);
@@ -137,8 +137,6 @@ ExperimentConfig load_config(const std::string& path, const std::vector<std::str
   count(c.warmup, 0, 1000000, "run.warmup");
   count(c.iters, 0, 1000000, "run.iters");
   count(c.rounds, 1, 1000, "run.rounds");
-  if (c.wait != "blocking" && c.wait != "sleep")
-    fail("key 'run.wait' must be blocking or sleep, got '" + c.wait + "'", "run.wait");
   count(c.tp, 1, 1 << 24, "layout.tp");
   count(c.ep, 1, 1 << 24, "layout.ep");
   count(c.dp, 0, 1 << 24, "layout.dp (0: the launched ranks over tp x ep)");

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "ted/comm/mpi_communicator.hpp"
 #include "ted/train/train_config.hpp"
 
 namespace ted::experiments {
@@ -47,7 +48,7 @@ struct ExperimentConfig {
   int warmup = 1;
   int iters = 5;
   int rounds = 1;
-  std::string wait = "blocking";  // blocking | sleep
+  MpiWait wait = MpiWait::blocking;  // run.wait: blocking | sleep
   std::string backend;  // the rows' backend column: run.backend, plus what runs it (emulated)
   std::string csv;
   int tp = 1, ep = 1, dp = 0;

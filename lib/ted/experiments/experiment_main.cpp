@@ -214,7 +214,7 @@ int experiment_main(int argc, char** argv, const std::string& experiment,
                           point.layout.to_string().c_str(), verdicts[i].c_str());
           }
         } else {
-          set_mpi_wait(config.wait == "sleep" ? MpiWait::sleep : MpiWait::blocking);
+          set_mpi_wait(config.wait);
           results = measure_rounds(plan, verdicts, config, *world, command, &written);
         }
         if (rank0 && written == 0) std::printf("# nothing measured: no CSV written\n");

@@ -21,9 +21,6 @@ constexpr CollectiveOp kOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_ga
 // The result's per-kind columns, in their order.
 constexpr CollectiveOp kReportedOps[4] = {CollectiveOp::all_reduce, CollectiveOp::all_to_all,
                                           CollectiveOp::all_gather, CollectiveOp::reduce_scatter};
-}  // namespace
-
-namespace {
 
 // The measured steps' routing, summed step by step (Result::expert_load_max and the rest).
 struct RoutingTally {

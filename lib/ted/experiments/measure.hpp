@@ -2,8 +2,6 @@
 // kind, ledger bytes, allocator peaks and the final loss.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -71,7 +69,7 @@ struct Result {
   int straggler_rank = -1;
   double straggler_time_ms = 0, straggler_compute_ms = 0, straggler_comm_ms = 0;
   double straggler_all_to_all_ms = 0, rank_compute_ms_mean = 0;
-  // The timed iterations' step times (ms), in order: what the rounds pool (experiment_main).
+  // The timed iterations' step times (ms), in order: what the rounds pool (rounds.hpp).
   std::vector<double> iteration_ms;
   // Interleaved rounds (run.rounds): the round of this row, 1 .. rounds; 0 on a point's
   // summary row, which pools its rounds' iterations. round_spread_percent: the summary row's
