@@ -22,7 +22,8 @@
 # slurm/calibrate.sbatch runs it with srun. Variables: BUILD_DIR (build), OPS, MIN_PEER,
 # MAX_PEER, MAX_PEER_OTHER, FACTOR, MODELS, TOP, OUT (the file; default
 # experiments/clusters/<name>.yaml), RAW (a folder to keep the ted_collbench CSVs in), CORES_PER_NODE (CPU ranks: the cores a node's ranks share;
-# default this machine's, nproc; the emulated cluster's nodes share this machine's).
+# default this machine's, nproc). Where every node runs on this machine's kernel (the emulated
+# cluster: one boot_id on every rank), the file says so: host_cores, the cores all nodes share.
 # Bad arguments: one line, exit 2, nothing written.
 set -euo pipefail
 die() { echo "calibrate_cluster: $*" >&2; exit 2; }
@@ -154,11 +155,16 @@ fi
 if [ -n "${RAW:-}" ]; then mkdir -p "$RAW" && cp "$work"/*_n*_q*.csv "$work/links.txt" "$RAW/"; fi
 device=cpu-core
 [ "$comm" = nccl ] && device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ' ' '-')
-cores=0
+cores=0 host_cores=0
 [ "$comm" = mpi ] && cores=${CORES_PER_NODE:-$(nproc)}
+# Nodes that are one machine (one kernel: one boot_id on every rank) share its cores.
+# shellcheck disable=SC2086  # the launcher is words
+boots=$($launch cat /proc/sys/kernel/random/boot_id | sort -u | wc -l)
+[ "$comm" = mpi ] && [ "$nodes" -ge 2 ] && [ "$boots" = 1 ] && host_cores=$(nproc)
 mkdir -p "$(dirname "$OUT")"
 /usr/bin/python3 scripts/calibration/make_cluster.py "$work/cluster.yaml" --name "$name" --nodes "$nodes" \
   --per-node "$per_node" --device "${device:-gpu}" --cores-per-node "$cores" \
+  --host-cores "$host_cores" --curves-ranks "$ranks" \
   --revision "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" \
   --launch "$launch" --work "$work" --seconds $((SECONDS - started)) ${compute_from:+--compute-from "$compute_from"}
 # The file as ted_project reads it, before it replaces any file of that name.

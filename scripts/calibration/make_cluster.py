@@ -107,6 +107,8 @@ def main():
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--per-node", type=int, required=True)
     p.add_argument("--cores-per-node", type=float, default=0)
+    p.add_argument("--host-cores", type=float, default=0)
+    p.add_argument("--curves-ranks", type=int, default=0)
     p.add_argument("--memory-bytes", default="24e9")
     p.add_argument("--compute-from")
     p.add_argument("--seconds", type=float, default=0)
@@ -159,6 +161,9 @@ def main():
         f"device: {a.device}",
         f"devices_per_node: {a.per_node}",
         f"cores_per_node: {a.cores_per_node:g}   # 0: devices that share nothing (GPUs)",
+    ] + ([f"host_cores: {a.host_cores:g}   # measured: every node on this machine (one boot_id), sharing its cores"]
+         if a.host_cores > 0 else []) + [
+        f"curves_ranks: {a.curves_ranks}   # the ranks running while the curves were measured",
     ] + compute + [
         "intra:",
         f"  bandwidth: {links['intra.bandwidth']:.4g}   # measured: the all-to-all of a pair inside a node, 1 MiB and more per rank",

@@ -160,6 +160,41 @@ TEST_CASE("measured curves: other groups and files without curves keep the link 
                             cluster) == all_to_all(cluster, {1, 4, 1}, 65536));
 }
 
+TEST_CASE("measured curves: on an emulated cluster's shared cores, fewer ranks run faster") {
+  // 2 nodes of 2 ranks on one machine of 2 cores, the curves measured with all 4 ranks running
+  // (each at half a core): a point of 2 ranks gets a core each, so its pair inside a node takes
+  // half the measured time; the world's 4 ranks and the pair across the link (its bytes) as
+  // measured; without host_cores, as measured everywhere.
+  const auto curves = measured();
+  auto cluster = [&](const std::string& name, const std::string& extra) {
+    const std::string path = with_curves(curves, 1, name, extra);
+    std::stringstream text;
+    text << std::ifstream(path).rdbuf();
+    std::string yaml = text.str();
+    const std::string per_node = "cores_per_node: 1";  // the base file's: a core a node
+    REQUIRE(yaml.find(per_node) != std::string::npos);
+    std::ofstream(path) << yaml.replace(yaml.find(per_node), per_node.size(), "cores_per_node: 2");
+    return pj::Cluster::load(path);
+  };
+  const auto shared = cluster("shared", "host_cores: 2\ncurves_ranks: 4\n");
+  const auto apart = cluster("apart", "curves_ranks: 4\n");
+  CHECK(shared.core_share(1, 1) == 1);
+  CHECK(shared.core_share(2, 2) == 1);
+  CHECK(shared.core_share(2, 4) == 0.5);
+  CHECK(apart.core_share(2, 4) == 1);
+  for (double bytes : {8192.0, 1048576.0}) {
+    const auto b = static_cast<std::uint64_t>(bytes);
+    auto time = [&](const pj::Cluster& c, const ted::Layout& layout) {
+      return pj::collective_time(ted::CollectiveOp::all_to_all, ted::GroupKind::expert,
+                                 pj::Traffic{1, b, b}, layout, c);
+    };
+    CHECK(time(shared, {1, 2, 1}) == Approx(time(apart, {1, 2, 1}) / 2));  // 2 ranks, 1 node
+    CHECK(time(shared, {1, 2, 2}) == Approx(time(apart, {1, 2, 2})));      // 4 ranks
+    CHECK(time(shared, {2, 2, 1}) == Approx(time(apart, {2, 2, 1})));      // across the link
+    CHECK(time(shared, {1, 4, 1}) == Approx(time(apart, {1, 4, 1})));      // the world
+  }
+}
+
 TEST_CASE("measured curves: bad curves are one line naming the file, curve and rule") {
   const auto curves = measured();
   const std::vector<std::pair<std::string, std::string>> bad = {

@@ -55,6 +55,18 @@ void collective(Blocking blocking, Start start) {
 }
 }  // namespace
 
+void sleeping_barrier(MPI_Comm comm) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  TED_CHECK_MPI(MPI_Ibarrier(comm, &request));
+  for (;;) {
+    int done = 0;
+    TED_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    timespec pause{0, 1000000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
 std::vector<int> node_cpus(MPI_Comm node) {
   cpu_set_t mask;
   CPU_ZERO(&mask);

@@ -43,6 +43,12 @@ void set_mpi_wait(MpiWait wait);
 MpiWait mpi_wait();
 const char* to_string(MpiWait wait);
 
+// A barrier over `comm` that leaves the core to others while it waits: MPI_Ibarrier, tested
+// every millisecond, sleeping between. For ranks with nothing to do while others measure (the
+// ranks a point leaves out), whose blocking wait would take CPU time from the measured ranks
+// where ranks share cores. Every rank of `comm` must call this one (not barrier()).
+void sleeping_barrier(MPI_Comm comm);
+
 // The cores the ranks of `node` (one node's communicator) may run on: the union of their
 // affinity masks. Collective over `node`.
 std::vector<int> node_cpus(MPI_Comm node);

@@ -3,7 +3,16 @@
 #include "ted/core/config_schema.hpp"
 #include "ted/core/error.hpp"
 
+#include <algorithm>
+
 namespace ted::projection {
+
+double Cluster::core_share(double on_node, double ranks) const {
+  double share = 1;
+  if (cores_per_node > 0 && on_node > 0) share = std::min(share, cores_per_node / on_node);
+  if (host_cores > 0 && ranks > 0) share = std::min(share, host_cores / ranks);
+  return share;
+}
 
 Cluster Cluster::load(const std::string& path) {
   Cluster c;
@@ -12,6 +21,8 @@ Cluster Cluster::load(const std::string& path) {
   s.add("device", &c.device);
   s.add("devices_per_node", &c.devices_per_node);
   s.add("cores_per_node", &c.cores_per_node);
+  s.add("host_cores", &c.host_cores);
+  s.add("curves_ranks", &c.curves_ranks);
   s.add("memory_bytes", &c.memory_bytes);
   s.add("peak_flops", &c.peak_flops);
   s.add("sustained_flops", &c.sustained_flops);
@@ -85,6 +96,8 @@ Cluster Cluster::load(const std::string& path) {
                       ": key 'inter.device_bandwidth' exceeds 'inter.bandwidth' (a device's "
                       "share of the node's network)");
   not_negative(c.cores_per_node, "cores_per_node");
+  not_negative(c.host_cores, "host_cores");
+  not_negative(c.curves_ranks, "curves_ranks");
   if (c.sustained_flops > c.peak_flops)
     throw ConfigError(path + ": key 'sustained_flops' exceeds 'peak_flops'");
   if (s.given("socket.devices") != s.given("socket.bandwidth"))

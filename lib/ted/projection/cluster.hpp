@@ -48,6 +48,14 @@ struct Cluster {
   // CPU nodes: cores shared by the ranks on a node (a point with more ranks on a node than
   // cores runs each slower). 0: devices that share nothing (GPUs).
   double cores_per_node = 0;
+  // An emulated cluster, every node on one machine (scripts/emulated_cluster.sh): the cores all
+  // the nodes' ranks share, so that a point's ranks run each at min(1, host_cores / ranks).
+  // 0: every node a machine of its own.
+  double host_cores = 0;
+  // The ranks that ran while the curves were measured (every group of a layout at once): on
+  // shared cores (host_cores, cores_per_node) a point that runs fewer ranks takes a curve
+  // inside one node (memory copies, the cores' work) faster by the share it gains. 0: as measured.
+  int curves_ranks = 0;
   double memory_bytes = 32e9;      // per device
   double peak_flops = 1e12;        // per device, the dtype's peak: the denominator of % of peak
   double sustained_flops = 1e12;   // per device, GEMMs of large shapes in the experiments' dtype
@@ -67,6 +75,10 @@ struct Cluster {
 
   // Throws ConfigError naming the file and key.
   static Cluster load(const std::string& path);
+
+  // The share of a core each of `ranks` running ranks gets (1 where devices share nothing):
+  // `on_node` of them on the busiest node, `ranks` in all on an emulated cluster's one machine.
+  double core_share(double on_node, double ranks) const;
 };
 
 }  // namespace ted::projection

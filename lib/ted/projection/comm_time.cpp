@@ -140,8 +140,17 @@ double collective_time(CollectiveOp op, GroupKind group, const Traffic& x, const
   const double calls = static_cast<double>(x.calls);
   // A group laid as a measured curve's (the same members, as many on each node) takes the
   // call's time off the curve at the call's bytes (curves.hpp).
-  if (const MeasuredCurve* curve = measured_curve(op, p, c))
-    return calls * curve_time(*curve, static_cast<double>(x.bytes_sent) / calls);
+  // Inside one node on shared cores, a point running fewer ranks than the curve's
+  // measurement gets more of each core (Cluster::curves_ranks).
+  if (const MeasuredCurve* curve = measured_curve(op, p, c)) {
+    double faster = 1;
+    if (c.curves_ranks > 0 && !p.any_spans_nodes) {
+      const int ranks = layout.world_size(), per_node = c.devices_per_node;
+      faster = c.core_share(std::min(ranks, per_node), ranks) /
+               c.core_share(std::min(c.curves_ranks, per_node), c.curves_ranks);
+    }
+    return calls * curve_time(*curve, static_cast<double>(x.bytes_sent) / calls) / faster;
+  }
   const LedgerEntry entry{op,
                           group,
                           n,

@@ -282,8 +282,8 @@ double overlap_hidden(const StepShape& s, const Cluster& c, double all_to_all, d
 StepTime step_time(const StepShape& s, const Cluster& c) {
   StepTime t;
   // CPU nodes: ranks beyond the cores time-share them.
-  const double ranks_on_node = std::min(s.layout.world_size(), c.devices_per_node);
-  const double share = c.cores_per_node > 0 ? std::min(1.0, c.cores_per_node / ranks_on_node) : 1.0;
+  const int ranks = s.layout.world_size();
+  const double share = c.core_share(std::min(ranks, c.devices_per_node), ranks);
   t.gemm = gemm_seconds(s, c) / share;
   t.memory_bound = memory_bound_bytes(s) / c.memory_bandwidth / share;
   t.optimizer = optimizer_bytes(s) / c.memory_bandwidth / share;
