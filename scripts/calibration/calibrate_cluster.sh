@@ -9,8 +9,10 @@
 #   - every collective (OPS) on every layout the TED groups of NODES x PER_NODE ranks take
 #     (members, and how many of them share a node: inside a node, across nodes, the world),
 #     each on an expert group of ted_collbench (--tp stride --ep members), all groups at once;
-#     the sizes: per peer from MIN_PEER to MAX_PEER (4 KiB to 16 MiB) by FACTOR for the all-to-all,
-#     to MAX_PEER_OTHER (1 MiB: past it the time follows the bytes) for the others;
+#     the sizes: per peer from MIN_PEER to MAX_PEER (4 KiB to 16 MiB) by FACTOR (4) for the
+#     all-to-all, to MAX_PEER_OTHER (1 MiB: past it the time follows the bytes) by FACTOR_OTHER (2)
+#     for the others (MPI switches their algorithm by size: the emulated cluster's reduce-scatter
+#     of 4 ranks takes 28 MB/s to 2.8 MB and 12 MB/s at 4 MiB, a cliff a factor 4 steps over);
 # and writes the file: the links' latency-bandwidth constants fitted to the all-to-alls
 # (fit_links.py) and every measured curve (make_cluster.py). Then, for each YAML of MODELS, the
 # search's best layouts on the new file (ted_project search, TOP rows).
@@ -20,7 +22,7 @@
 #   scripts/calibration/calibrate_cluster.sh --name cpu-emulated_2x2-rate-measured --nodes 2 \
 #       --per-node 2 --launch "scripts/emulated_cluster.sh experiments/emulated/2x2-rate.yaml"
 # slurm/calibrate.sbatch runs it with srun. Variables: BUILD_DIR (build), OPS, MIN_PEER,
-# MAX_PEER, MAX_PEER_OTHER, FACTOR, MODELS, TOP, OUT (the file; default
+# MAX_PEER, MAX_PEER_OTHER, FACTOR, FACTOR_OTHER, MODELS, TOP, OUT (the file; default
 # experiments/clusters/<name>.yaml), RAW (a folder to keep the ted_collbench CSVs in), CORES_PER_NODE (CPU ranks: the cores a node's ranks share;
 # default this machine's, nproc). Where every node runs on this machine's kernel (the emulated
 # cluster: one boot_id on every rank), the file says so: host_cores, the cores all nodes share.
@@ -53,9 +55,11 @@ MIN_PEER=${MIN_PEER:-4096}
 MAX_PEER=${MAX_PEER:-16777216}
 MAX_PEER_OTHER=${MAX_PEER_OTHER:-1048576}
 FACTOR=${FACTOR:-4}
+FACTOR_OTHER=${FACTOR_OTHER:-2}
 [[ "$MIN_PEER" =~ ^[1-9][0-9]*$ && "$MAX_PEER" =~ ^[1-9][0-9]*$ && "$MAX_PEER_OTHER" =~ ^[1-9][0-9]*$ ]] ||
   die "MIN_PEER, MAX_PEER and MAX_PEER_OTHER are byte counts"
 [[ "$FACTOR" =~ ^[2-9]$ ]] || die "FACTOR must be 2-9, not '$FACTOR'"
+[[ "$FACTOR_OTHER" =~ ^[2-9]$ ]] || die "FACTOR_OTHER must be 2-9, not '$FACTOR_OTHER'"
 # The links' bandwidths are fitted at 1 MiB and more per rank: two sizes of a pair there.
 ((MAX_PEER >= 4194304)) || die "MAX_PEER must be at least 4 MiB (4194304): the bandwidths are fitted from 1 MiB per rank up"
 ((MAX_PEER_OTHER <= MAX_PEER)) || MAX_PEER_OTHER=$MAX_PEER
@@ -104,18 +108,18 @@ done
 [ ${#layouts[@]} -gt 0 ] || die "$ranks ranks make no group of 2 or more"
 echo "== ${#layouts[@]} group layouts (stride:members:per node): ${layouts[*]}"
 sweep() {  # <op> <s> <n> <q>: one curve, small sizes with more warm-up than large ones
-  local op=$1 s=$2 n=$3 q=$4 lo hi mid out=$work/${1}_n${3}_q${4}.csv peak=$MAX_PEER_OTHER
-  [ "$op" = all_to_all ] && peak=$MAX_PEER
+  local op=$1 s=$2 n=$3 q=$4 lo hi mid out=$work/${1}_n${3}_q${4}.csv peak=$MAX_PEER_OTHER f=$FACTOR_OTHER
+  [ "$op" = all_to_all ] && peak=$MAX_PEER f=$FACTOR
   lo=$((MIN_PEER * n)) hi=$((peak * n)) mid=$((256 * 1024 * n))
   ((mid > hi)) && mid=$hi
   ((mid < lo)) && mid=$lo
   # shellcheck disable=SC2086  # the launcher is words
   $launch "$BUILD_DIR/apps/ted_collbench" --comm "$comm" --op "$op" --group expert --tp "$s" \
-    --ep "$n" -b "$lo" -e "$mid" -f "$FACTOR" -w 20 -n 20 --csv "$out" >/dev/null
-  if ((mid * FACTOR <= hi)); then
+    --ep "$n" -b "$lo" -e "$mid" -f "$f" -w 20 -n 20 --csv "$out" >/dev/null
+  if ((mid * f <= hi)); then
     # shellcheck disable=SC2086
     $launch "$BUILD_DIR/apps/ted_collbench" --comm "$comm" --op "$op" --group expert --tp "$s" \
-      --ep "$n" -b $((mid * FACTOR)) -e "$hi" -f "$FACTOR" -w 3 -n 10 --csv "$work/large.csv" >/dev/null
+      --ep "$n" -b $((mid * f)) -e "$hi" -f "$f" -w 3 -n 10 --csv "$work/large.csv" >/dev/null
     tail -n +2 "$work/large.csv" >>"$out"
     rm -f "$work/large.csv"
   fi
