@@ -202,7 +202,7 @@ Result measure(const Point& point, Communicator& world, int warmup, int iters) {
     }
   }
   // The ranks this point leaves out wait here from its start: asleep, or their blocking wait
-  // would share the cores with the measured ranks (a 1-rank point of 4 on 2 cores: 1.8x).
+  // would share the cores with the measured ranks (a 1-rank point of 4 on 2 cores: 2x slower).
   if (auto* mpi = dynamic_cast<MpiCommunicator*>(&world))
     sleeping_barrier(mpi->native_handle());
   else
