@@ -19,6 +19,21 @@ namespace ted {
 namespace {
 std::atomic<MpiWait> g_wait{MpiWait::blocking};
 
+// Tests `request` until it completes: in a tight loop for the first `spin`, then every `pause`
+// with the core left to others in between.
+void test_until_done(MPI_Request* request, std::chrono::microseconds spin, long pause_ns) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    int done = 0;
+    TED_CHECK_MPI(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (std::chrono::steady_clock::now() - start > spin) {
+      timespec pause{0, pause_ns};
+      nanosleep(&pause, nullptr);
+    }
+  }
+}
+
 // Completes `request` as mpi_wait() says. Sleeping: MPI_Test in a tight loop for the first
 // 20 us (a peer that is running answers within them), then every 50 us with the core left
 // to others in between; 50 us is a small part of the time slices (milliseconds) that an
@@ -28,17 +43,7 @@ void complete(MPI_Request* request) {
     TED_CHECK_MPI(MPI_Wait(request, MPI_STATUS_IGNORE));
     return;
   }
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  for (;;) {
-    int done = 0;
-    TED_CHECK_MPI(MPI_Test(request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (clock::now() - start > std::chrono::microseconds(20)) {
-      timespec pause{0, 50000};
-      nanosleep(&pause, nullptr);
-    }
-  }
+  test_until_done(request, std::chrono::microseconds(20), 50000);
 }
 
 // A collective as mpi_wait() says: `blocking` when blocking; else `start`, its nonblocking form
@@ -58,13 +63,7 @@ void collective(Blocking blocking, Start start) {
 void sleeping_barrier(MPI_Comm comm) {
   MPI_Request request = MPI_REQUEST_NULL;
   TED_CHECK_MPI(MPI_Ibarrier(comm, &request));
-  for (;;) {
-    int done = 0;
-    TED_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    timespec pause{0, 1000000};
-    nanosleep(&pause, nullptr);
-  }
+  test_until_done(&request, std::chrono::microseconds(0), 1000000);
 }
 
 std::vector<int> node_cpus(MPI_Comm node) {
