@@ -6,7 +6,7 @@
 #   baselines/deepspeed/launch.sh -n 4 -c experiments/ablation/cpu.yaml
 #   baselines/deepspeed/launch.sh -n "1 2 4" -c experiments/weak_scaling/cpu.yaml --iters 0
 #   baselines/deepspeed/launch.sh -n 2 -c experiments/train/tiny-cpu.yaml --set parallel.ep=2
-# Everything after -n N goes to run.py. Threads per rank: TED_NUM_THREADS (default 1: several
+# Everything after -n N goes to run.py; `--then` there starts another run in the same launch. Threads per rank: TED_NUM_THREADS (default 1: several
 # ranks on this machine's cores, as our mpirun runs use). run.backend cuda: one GPU per rank.
 # Exit codes as setup.sh (3: no registry) and run.py (2: bad input).
 set -euo pipefail

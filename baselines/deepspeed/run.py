@@ -39,7 +39,11 @@ them.
 Launch with torchrun (baselines/deepspeed/launch.sh does it) or srun (slurm/*.sbatch beside
 this file): a point runs when its rank count is the launched one; the others are skipped with a
 line. Bad input: one line, exit 2, no CSV touched. `--check --ranks N` validates only.
+Several runs share one launch when `--then` separates their options: each run's points in turn,
+in the same processes, so PyTorch and DeepSpeed load once (about 5 s of CPU per rank).
     baselines/deepspeed/launch.sh -n 4 -c experiments/ablation/cpu.yaml
+    baselines/deepspeed/launch.sh -n 2 -c experiments/train/tiny-cpu.yaml --csv a.csv \
+        --then -c experiments/train/tiny-cpu.yaml --set model.dropout=0.1 --csv b.csv
 """
 import argparse
 import contextlib
@@ -668,8 +672,7 @@ def keep(path, experiment, rows):
         write_atomic(path, TRAIN_COLUMNS, rows)
 
 
-def main():
-    faulthandler.enable()  # a rank that dies on a signal prints its Python stacks
+def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog=PROGRAM)
     parser.add_argument("-c", "--config", required=True, help="experiment or ted_train YAML")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
@@ -688,61 +691,115 @@ def main():
     parser.add_argument("--ranks", type=int, help="with --check: the rank count to check for")
     parser.add_argument("--list-ranks", action="store_true",
                         help="print the rank counts of the config's points up to --ranks")
-    args = parser.parse_args()
+    parser.epilog = ("--then starts another run with its own options (-c and the rest), on the "
+                     "same ranks after the one before it, in the same processes: PyTorch and "
+                     "DeepSpeed load once. --check, --ranks and --list-ranks apply to every run.")
+    return parser
+
+
+def parse_runs(parser, argv):
+    """Each run's options, the runs separated by --then; the whole command's --check, --ranks
+    and --list-ranks given to every run, wherever they stand."""
+    groups = [[]]
+    for arg in argv:
+        if arg == "--then":
+            groups.append([])
+        else:
+            groups[-1].append(arg)
+    runs = [parser.parse_args(group) for group in groups]
+    check = any(r.check for r in runs)
+    list_ranks = any(r.list_ranks for r in runs)
+    ranks = next((r.ranks for r in runs if r.ranks is not None), None)
+    for run, group in zip(runs, groups):
+        run.check, run.list_ranks, run.ranks = check, list_ranks, ranks
+        run.argv = group
+    return runs
+
+
+class Planned:
+    """A run's config and the points it runs on the launched ranks."""
+
+    def __init__(self, args, cfg, points, skipped):
+        self.args, self.cfg, self.points, self.skipped = args, cfg, points, skipped
+        self.train = not cfg["experiment"]
+        self.trained = self.train or cfg["experiment"] in TRAINED_EXPERIMENTS  # rows per step
+
+
+def plan_run(args, said):
+    """The run's Planned, or None for --check and --list-ranks, whose answer is appended to
+    `said` (lines, printed once every run has passed). Raises ted_config.ConfigError on bad
+    input."""
     overrides = list(args.set)
     for key, value in (("run.iters", args.iters), ("training.steps", args.steps),
                        ("run.dtype", args.dtype), ("run.backend", args.backend),
                        ("run.csv", args.csv)):
         if value is not None:
             overrides.append(f"{key}={value}")
-    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
-    try:
-        cfg = ted_config.load(args.config, overrides)
-        stem = Path(args.config).stem
-        train = not cfg["experiment"]
-        trained = train or cfg["experiment"] in TRAINED_EXPERIMENTS  # rows per step
-        args.csv = cfg["run"]["csv"] or (cfg["training"]["csv"] if train else "") or \
-            f"results/local/{cfg['experiment'] or 'train'}/deepspeed_{stem}.csv"
-        columns = TRAIN_COLUMNS if train else \
-            CONVERGENCE_COLUMNS if trained else EXPERIMENT_COLUMNS
-        if args.loads and not train:
-            raise ted_config.ConfigError("--loads is for ted_train configs (one row per step)")
-        systems = None
-        if args.systems:
-            if train:
-                raise ted_config.ConfigError("--systems is for experiments (a ted_train config "
-                                             "runs its parallel.* switches)")
-            systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-        if not train:
-            check_appendable(args.csv, columns)
-        elif Path(args.csv).is_dir():
-            raise ted_config.ConfigError(f"key 'training.csv': '{args.csv}' is a directory")
-        if args.list_ranks:
-            ranks = args.ranks or int(os.environ.get("SLURM_NTASKS", "1"))
-            counts = sorted({p.G for p in ted_config.all_points(cfg, ranks, systems)
-                             if p.G <= ranks})
-            if not counts:
-                raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {ranks} ranks")
-            print(" ".join(map(str, counts)))
-            return 0
-        if args.check:
-            ranks = args.ranks or int(os.environ.get("SLURM_NTASKS", "1"))
-            if ranks < 1:
-                raise ted_config.ConfigError(f"--ranks must be positive, got {ranks}")
-            points, skipped = ted_config.plan(cfg, ranks, systems)
-            if not points:
-                raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {ranks} ranks")
-            for line in skipped:
-                print(f"# {line}")
-            print(f"{PROGRAM}: check passed: {cfg['where']} on {ranks} ranks: {len(points)} "
-                  f"point(s)")
-            return 0
-        os.environ.setdefault("DS_ACCELERATOR", cfg["run"]["backend"])
-        rank, world = distributed_environment()
-        points, skipped = ted_config.plan(cfg, world, systems)
+    cfg = ted_config.load(args.config, overrides)
+    args.resolved_backend = cfg["run"]["backend"]
+    stem = Path(args.config).stem
+    train = not cfg["experiment"]
+    trained = train or cfg["experiment"] in TRAINED_EXPERIMENTS  # rows per step
+    args.csv = cfg["run"]["csv"] or (cfg["training"]["csv"] if train else "") or \
+        f"results/local/{cfg['experiment'] or 'train'}/deepspeed_{stem}.csv"
+    columns = TRAIN_COLUMNS if train else \
+        CONVERGENCE_COLUMNS if trained else EXPERIMENT_COLUMNS
+    if args.loads and not train:
+        raise ted_config.ConfigError("--loads is for ted_train configs (one row per step)")
+    systems = None
+    if args.systems:
+        if train:
+            raise ted_config.ConfigError("--systems is for experiments (a ted_train config "
+                                         "runs its parallel.* switches)")
+        systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if not train:
+        check_appendable(args.csv, columns)
+    elif Path(args.csv).is_dir():
+        raise ted_config.ConfigError(f"key 'training.csv': '{args.csv}' is a directory")
+    if args.list_ranks:
+        ranks = args.ranks or int(os.environ.get("SLURM_NTASKS", "1"))
+        counts = sorted({p.G for p in ted_config.all_points(cfg, ranks, systems)
+                         if p.G <= ranks})
+        if not counts:
+            raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {ranks} ranks")
+        said.append(" ".join(map(str, counts)))
+        return None
+    if args.check:
+        ranks = args.ranks or int(os.environ.get("SLURM_NTASKS", "1"))
+        if ranks < 1:
+            raise ted_config.ConfigError(f"--ranks must be positive, got {ranks}")
+        points, skipped = ted_config.plan(cfg, ranks, systems)
         if not points:
-            raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {world} ranks: "
-                                         + "; ".join(skipped))
+            raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {ranks} ranks")
+        said.extend(f"# {line}" for line in skipped)
+        said.append(f"{PROGRAM}: check passed: {cfg['where']} on {ranks} ranks: {len(points)} "
+                    f"point(s)")
+        return None
+    os.environ.setdefault("DS_ACCELERATOR", cfg["run"]["backend"])
+    _, world = distributed_environment()
+    points, skipped = ted_config.plan(cfg, world, systems)
+    if not points:
+        raise ted_config.ConfigError(f"{cfg['where']}: no point runs on {world} ranks: "
+                                     + "; ".join(skipped))
+    return Planned(args, cfg, points, skipped)
+
+
+def main():
+    faulthandler.enable()  # a rank that dies on a signal prints its Python stacks
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+    # Every run is checked before the first starts: bad input anywhere runs nothing.
+    try:
+        runs = parse_runs(make_parser(), sys.argv[1:])
+        said = []
+        planned = [plan_run(args, said) for args in runs]
+        backends = {args.resolved_backend for args in runs}
+        if len(backends) > 1:
+            raise ted_config.ConfigError("the runs of one launch need one run.backend, not "
+                                         + " and ".join(sorted(backends)))
+        if any(p is None for p in planned):  # --check or --list-ranks
+            print("\n".join(said))
+            return 0
+        rank, world = distributed_environment()
     except ted_config.ConfigError as error:
         if rank == 0:
             print(f"{PROGRAM}: {error}", file=sys.stderr)
@@ -752,37 +809,42 @@ def main():
     import torch
     from deepspeed.accelerator import get_accelerator
 
-    if cfg["run"]["backend"] == "cuda" and not torch.cuda.is_available():
+    if backends == {"cuda"} and not torch.cuda.is_available():
         if rank == 0:
-            print(f"{PROGRAM}: {cfg['where']}: run.backend cuda, but no GPU here", file=sys.stderr)
+            print(f"{PROGRAM}: {planned[0].cfg['where']}: run.backend cuda, but no GPU here",
+                  file=sys.stderr)
         return 2
     threads = os.environ.get("TED_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
     if threads:
         torch.set_num_threads(int(threads))
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's chatter off the result lines
         deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
-    command = " ".join(shlex.quote(a) for a in ["baselines/deepspeed/run.py"] + sys.argv[1:])
     revision = git_revision()
-    if rank == 0:
-        print(f"# {PROGRAM} deepspeed {deepspeed.__version__}, torch {torch.__version__}: "
-              f"{cfg['where']}, {len(points)} point(s) on {world} ranks, "
-              f"{torch.get_num_threads()} thread(s) per rank", flush=True)
-        for line in skipped:
-            print(f"# {line}", flush=True)
-    status, appended = 0, 0
-    try:
-        for point in points:
-            if trained:
-                appended += run_training(point, cfg, args, command, revision) or 0
-            else:
-                run_experiment_point(point, cfg, args, command, revision)
-    except RuntimeError as error:  # a non-finite loss: one line; the rows before it are kept
+    status = 0
+    for run in planned:
+        args, cfg, points = run.args, run.cfg, run.points
+        command = " ".join(shlex.quote(a) for a in ["baselines/deepspeed/run.py"] + args.argv)
         if rank == 0:
-            print(f"{PROGRAM}: {error}", file=sys.stderr)
-        status = 1
-    if status == 0 and rank == 0 and not train:
-        print(f"# CSV: {args.csv} ({appended if trained else len(points)} row(s) appended)",
-              flush=True)
+            print(f"# {PROGRAM} deepspeed {deepspeed.__version__}, torch {torch.__version__}: "
+                  f"{cfg['where']}, {len(points)} point(s) on {world} ranks, "
+                  f"{torch.get_num_threads()} thread(s) per rank", flush=True)
+            for line in run.skipped:
+                print(f"# {line}", flush=True)
+        appended = 0
+        try:
+            for point in points:
+                if run.trained:
+                    appended += run_training(point, cfg, args, command, revision) or 0
+                else:
+                    run_experiment_point(point, cfg, args, command, revision)
+        except RuntimeError as error:  # a non-finite loss: one line; the rows before it kept
+            if rank == 0:
+                print(f"{PROGRAM}: {error}", file=sys.stderr)
+            status = 1
+            break
+        if rank == 0 and not run.train:
+            print(f"# CSV: {args.csv} ({appended if run.trained else len(points)} row(s) "
+                  "appended)", flush=True)
     # Gloo's threads (a tcp loop and two run loops per process group) outlive
     # destroy_process_group(): DeepSpeed's expert and data groups are still referenced from its
     # module state, so they would be torn down with the interpreter, where now and then one
