@@ -26,13 +26,15 @@ tp=1 dp=1
 layout=(--set layout.tp=$tp --set layout.ep=2 --set layout.dp=$dp)
 config=tests/apps/deepspeed_tiny.yaml
 export OPENBLAS_NUM_THREADS=1 TED_NUM_THREADS=1
+# Ours runs each; DeepSpeed's runs are collected here and made in one launch (run.py --then:
+# PyTorch and DeepSpeed load once).
 "$mpiexec" -n "$ranks" --oversubscribe "$build/apps/ted_ablation" -c "$config" "${layout[@]}" \
   --iters 0 --csv "$work/ours.csv"
-baselines/deepspeed/launch.sh -n "$ranks" -c "$config" "${layout[@]}" --csv "$work/deepspeed.csv"
+deepspeed=(-c "$config" "${layout[@]}" --csv "$work/deepspeed.csv")
 "$mpiexec" -n "$ranks" --oversubscribe "$build/apps/ted_train" \
   -c experiments/train/tiny-cpu.yaml --ep 2 --steps 5 --csv "$work/ours_train.csv" >/dev/null
-baselines/deepspeed/launch.sh -n "$ranks" -c experiments/train/tiny-cpu.yaml \
-  --set parallel.ep=2 --steps 5 --csv "$work/deepspeed_train.csv"
+deepspeed+=(--then -c experiments/train/tiny-cpu.yaml --set parallel.ep=2 --steps 5
+  --csv "$work/deepspeed_train.csv")
 if [ "$ranks" = 2 ]; then
   # Dropout (model.dropout, the paper YAMLs' 0.1): the runner draws our masks
   # (baselines/deepspeed/dropout_masks.py), so both sides drop the same elements. Under a forced
@@ -46,8 +48,25 @@ if [ "$ranks" = 2 ]; then
     --set model.dropout=0.1 --csv "$work/ours_dropout.csv" >/dev/null
   "$mpiexec" -n "$ranks" --oversubscribe "$build/apps/ted_train" "${same[@]}" \
     --csv "$work/ours_no_dropout.csv" >/dev/null
-  baselines/deepspeed/launch.sh -n "$ranks" "${same[@]}" --set model.dropout=0.1 \
-    --csv "$work/deepspeed_dropout.csv" >/dev/null
+  deepspeed+=(--then "${same[@]}" --set model.dropout=0.1 --csv "$work/deepspeed_dropout.csv")
+fi
+if [ "$ranks" -ge 4 ]; then
+  workload=(--set routing.workload=zipf --set routing.zipf_s=1.2 --set gating.top_k=2
+    --set gating.second_choice_noise=true --set gating.capacity_factor=1.25)
+else
+  workload=(--set routing.workload=hot_rank --set routing.hot_share=0.8)
+fi
+"$mpiexec" -n "$ranks" --oversubscribe "$build/apps/ted_train" \
+  -c experiments/train/tiny-cpu.yaml --ep 2 --steps 3 "${workload[@]}" \
+  --csv "$work/ours_workload.csv" >/dev/null
+deepspeed+=(--then -c experiments/train/tiny-cpu.yaml --set parallel.ep=2 --steps 3
+  "${workload[@]}" --csv "$work/deepspeed_workload.csv" --loads "$work/deepspeed_loads.csv")
+baselines/deepspeed/launch.sh -n "$ranks" "${deepspeed[@]}" >"$work/deepspeed.log" 2>&1 || {
+  tail -30 "$work/deepspeed.log"
+  exit 1
+}
+echo "# DeepSpeed's runs, one launch: $(($(date +%s) - start)) s so far; its output: $work/deepspeed.log"
+if [ "$ranks" = 2 ]; then
   /usr/bin/python3 - "$work" <<'PY'
 import csv, sys
 def rows(name):
@@ -72,18 +91,6 @@ print("ok    dropout 0.1, our masks on both sides: every step's loss, lm_loss, a
       f"), the fingerprint within {fingerprint:.1e}; each loss unlike ours without dropout")
 PY
 fi
-if [ "$ranks" -ge 4 ]; then
-  workload=(--set routing.workload=zipf --set routing.zipf_s=1.2 --set gating.top_k=2
-    --set gating.second_choice_noise=true --set gating.capacity_factor=1.25)
-else
-  workload=(--set routing.workload=hot_rank --set routing.hot_share=0.8)
-fi
-"$mpiexec" -n "$ranks" --oversubscribe "$build/apps/ted_train" \
-  -c experiments/train/tiny-cpu.yaml --ep 2 --steps 3 "${workload[@]}" \
-  --csv "$work/ours_workload.csv" >/dev/null
-baselines/deepspeed/launch.sh -n "$ranks" -c experiments/train/tiny-cpu.yaml \
-  --set parallel.ep=2 --steps 3 "${workload[@]}" --csv "$work/deepspeed_workload.csv" \
-  --loads "$work/deepspeed_loads.csv" >/dev/null
 "$build/tests/print_workload" loads experiments/train/tiny-cpu.yaml "$ranks" training.steps=3 \
   $(printf '%s\n' "${workload[@]}" | grep -v -- --set) >"$work/ours_loads.csv"
 /usr/bin/python3 "$source_dir/tests/apps/check_deepspeed.py" "$work" "$ranks" \
@@ -104,4 +111,28 @@ CONFIG=$work/bad.yaml bash baselines/deepspeed/slurm/ablation.sbatch --check --r
   exit 1
 }
 echo "ok    sbatch --check refuses a bad config: $(head -1 "$work/bad.err")"
+# Runs joined by --then are all checked before the first starts: a bad key in the second, or two
+# backends, is one line and exit 2, through launch.sh and from run.py itself, and no CSV is made.
+tiny=(-c experiments/train/tiny-cpu.yaml --steps 1)
+for case in "launch.sh:--set model.bogus=1:unknown key 'model.bogus'" \
+  "run.py:--set model.bogus=1:unknown key 'model.bogus'" \
+  "run.py:--set run.backend=cuda:the runs of one launch need one run.backend"; do
+  IFS=: read -r how bad want <<<"$case"
+  rm -f "$work"/then_*.csv
+  # shellcheck disable=SC2206
+  joined=("${tiny[@]}" --csv "$work/then_a.csv" --then "${tiny[@]}" $bad --csv "$work/then_b.csv")
+  rc=0
+  if [ "$how" = launch.sh ]; then
+    baselines/deepspeed/launch.sh -n "$ranks" "${joined[@]}" >/dev/null 2>"$work/then.err" || rc=$?
+  else
+    "$venv/bin/python" baselines/deepspeed/run.py "${joined[@]}" >/dev/null 2>"$work/then.err" ||
+      rc=$?
+  fi
+  [ "$rc" = 2 ] && [ "$(wc -l <"$work/then.err")" = 1 ] && grep -q "$want" "$work/then.err" &&
+    ! ls "$work"/then_*.csv >/dev/null 2>&1 || {
+    echo "FAIL  --then with '$bad' in the second run ($how): exit $rc, $(cat "$work/then.err")"
+    exit 1
+  }
+  echo "ok    $how refuses --then with '$bad' in the second run before any: $(cat "$work/then.err")"
+done
 echo "# $(($(date +%s) - start)) s in all"
