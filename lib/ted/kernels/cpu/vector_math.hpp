@@ -15,9 +15,14 @@
 // login node runs on any compute node) while the loops run 8 or 16 floats wide. The baseline
 // build (SSE2) leaves these loops scalar: GeLU forward and backward measured 40 and 57 ms over
 // 4M elements there, 2.3 and 2.9 ms with the AVX-512 clone.
+// Built with TED_AVX512_CLONES=OFF (TED_NO_AVX512_CLONES), the AVX-512 copy is left out.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+#ifdef TED_NO_AVX512_CLONES
+#define TED_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
 #define TED_VECTOR_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 #else
 #define TED_VECTOR_CLONES
 #endif
